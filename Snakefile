@@ -1,0 +1,24 @@
+# Reproduce CUDA-L1's published GPU-kernel speedups: fetch -> split -> build (CPU)
+# -> check (GPU) -> time per mode (GPU) -> aggregate (CPU). See README.md.
+from snakemake.utils import min_version
+
+min_version("9.0")
+
+
+configfile: "config/config.yaml"
+
+
+include: "rules/common.smk"
+include: "rules/release.smk"
+include: "rules/evaluate.smk"
+include: "rules/aggregate.smk"
+
+
+onstart:
+    require_gpu_if_needed()
+
+
+rule all:
+    default_target: True
+    input:
+        report_outputs(),

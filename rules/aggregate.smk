@@ -1,0 +1,20 @@
+# Stage 5: tables, figures and the report, on the CPU, from whatever results exist.
+
+
+rule aggregate_results:
+    input:
+        **aggregate_inputs(),
+    output:
+        csv=report(f"{RES}/scores.csv", category="Tables"),
+        summary=report(f"{RES}/summary.md", category="Tables"),
+        per_task=report(f"{RES}/per_task.md", category="Tables"),
+        scatter=report(f"{RES}/figures/measured_vs_published.png", category="Figures"),
+        ratios=report(f"{RES}/figures/ratio_hist.png", category="Figures"),
+        report=f"{RES}/README.md",
+    log:
+        f"logs/{DEVICE}/aggregate_results.log",
+    params:
+        device=DEVICE,
+        ceiling=config["detectors"]["speedup_ceiling"],
+    script:
+        "../scripts/aggregate_results.py"

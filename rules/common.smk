@@ -1,0 +1,172 @@
+# Helpers only: config validation, the task table, paths and input functions.
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from snakemake.exceptions import WorkflowError
+from snakemake.utils import validate
+
+sys.path.insert(0, str(Path(workflow.basedir) / "scripts"))
+
+from l1bench import release as rel  # noqa: E402
+from l1bench import fetch  # noqa: E402
+
+
+validate(config, schema="../config/schemas/config.schema.yaml")
+
+DEVICE = config["device"]
+RES = f"{config['results_dir']}/{DEVICE}"
+IS_DEMO = DEVICE == "demo"
+DEMO_RELEASE = "config/demo"
+PROTOCOLS = ["paper", "strict"] if config["protocol"] == "both" else [config["protocol"]]
+MODES = [m for m in rel.MODES if m in config["modes"]]
+RELEASE_PATH = f"optimized_cuda_code/{DEVICE}.json"
+BASELINE_PATHS = {
+    "cuda_graph": "more_baselines/cuda_graph.json",
+    "cudnn": "more_baselines/cudnn.json",
+}
+
+
+def release_root():
+    """Folder holding the release: the demo, a user's copy, or the download cache."""
+    if IS_DEMO:
+        return DEMO_RELEASE
+    if config["release_dir"]:
+        return config["release_dir"]
+    return f"resources/cuda-l1/{config['upstream']['commit']}"
+
+
+def release_inputs():
+    """Release files needed by the split (the release plus more_baselines, except for the demo)."""
+    root = release_root()
+    files = {"release": f"{root}/{RELEASE_PATH}"}
+    if not IS_DEMO:
+        files.update({k: f"{root}/{v}" for k, v in BASELINE_PATHS.items()})
+    return files
+
+
+def expected_sha256(path):
+    """Pinned checksum of a release-relative path (config overrides win); None for the demo."""
+    if IS_DEMO:
+        return None
+    return config["release_sha256"].get(path, fetch.PINNED_SHA256.get(path))
+
+
+def release_fingerprint():
+    """What identifies the release content: it is a param of every evaluation job."""
+    if IS_DEMO:
+        return fetch.sha256_file(release_inputs()["release"])
+    return expected_sha256(RELEASE_PATH)
+
+
+def task_index():
+    """(level, task) pairs of the release: read from it when present, else KernelBench's."""
+    path = Path(release_inputs()["release"])
+    if path.exists():
+        try:
+            return [(t.level, t.task) for t in rel.load_release(path)]
+        except rel.ReleaseError as err:
+            raise WorkflowError(str(err)) from None
+    return [(lv, tk) for lv, n in rel.KERNELBENCH_LEVELS.items() for tk in range(1, n + 1)]
+
+
+def selected_tids():
+    try:
+        ids = rel.select_tasks(ALL_IDS, config["levels"], config["tasks"])
+    except rel.ReleaseError as err:
+        raise WorkflowError(str(err)) from None
+    if not ids:
+        raise WorkflowError("config: the task selection (levels, tasks) matches no task of the release")
+    return [rel.task_id(lv, tk) for lv, tk in ids]
+
+
+ALL_IDS = task_index()
+ALL_TIDS = [rel.task_id(lv, tk) for lv, tk in ALL_IDS]
+TIDS = selected_tids()
+FINGERPRINT = release_fingerprint()
+
+
+wildcard_constraints:
+    tid=r"L\d+_T\d{3}",
+    mode="|".join(rel.MODES),
+    protocol="paper|strict",
+
+
+def timeout(kind):
+    t = config["timeouts"][kind]
+    return min(t, config["timeouts"]["demo"]) if IS_DEMO else t
+
+
+def task_paths(kind, protocols=None, modes=None):
+    """Result files of one stage for the selected tasks."""
+    if kind == "meta":
+        return expand(f"{RES}/tasks/{{tid}}/meta.json", tid=TIDS)
+    if kind in ("build", "check"):
+        return expand(f"{RES}/{kind}/{{tid}}.json", tid=TIDS)
+    return expand(
+        f"{RES}/time/{{protocol}}/{{mode}}/{{tid}}.json",
+        protocol=protocols or PROTOCOLS,
+        mode=modes or MODES,
+        tid=TIDS,
+    )
+
+
+def existing(paths):
+    return [p for p in paths if Path(p).exists()]
+
+
+def aggregate_inputs():
+    """Inputs of the aggregate: every result of the selection, or only those on disk."""
+    pick = existing if config["aggregate_only"] else list
+    return {
+        "meta": pick(task_paths("meta")),
+        "check": pick(task_paths("check")),
+        "time": pick(task_paths("time")),
+    }
+
+
+def report_outputs():
+    names = ["scores.csv", "summary.md", "per_task.md", "README.md"]
+    figs = ["figures/measured_vs_published.png", "figures/ratio_hist.png"]
+    return [f"{RES}/{n}" for n in names + figs]
+
+
+def evaluation_params(kind):
+    """Protocol parameters of a stage: hashed by Snakemake, so changing one reruns the stage."""
+    p = {"release": FINGERPRINT, "paper": config["paper"]}
+    if kind == "build":
+        return {"release": FINGERPRINT, "build": config["build"]}
+    if kind == "check" and config["protocol"] != "paper":
+        p["detectors"] = config["detectors"] | {
+            "seed": config["paper"]["seed"],
+            "atol": config["paper"]["atol"],
+            "rtol": config["paper"]["rtol"],
+        }
+    return p
+
+
+def strict_params(wildcards):
+    return config["strict"] if wildcards.protocol == "strict" else None
+
+
+def gpu_available():
+    """True when the local torch sees a CUDA device (checked in a child: no CUDA in this process)."""
+    code = "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)"
+    try:
+        return subprocess.run([sys.executable, "-c", code], timeout=120).returncode == 0
+    except (OSError, subprocess.SubprocessError):
+        return False
+
+
+def require_gpu_if_needed():
+    """Stop before any GPU job when device needs a GPU that this machine lacks."""
+    if IS_DEMO or config["aggregate_only"]:
+        return
+    missing = [p for p in task_paths("check") + task_paths("time") if not Path(p).exists()]
+    if missing and not gpu_available():
+        raise WorkflowError(
+            f"device={DEVICE} needs a CUDA GPU for {len(missing)} missing check/time results, "
+            "and none is visible; run the CPU demo instead (snakemake --cores 2 --config device=demo) "
+            "or aggregate existing results (--config aggregate_only=true)"
+        )

@@ -1,0 +1,63 @@
+# Stages 2-4: build (CPU, parallel), check (GPU) and time each mode (GPU), per task.
+# Inputs are ancient(): a fresh checkout or a re-downloaded identical release never
+# re-times anything. What does: a changed release checksum or protocol parameter
+# (params), or a missing/failed result. See README "Rerun policy".
+
+
+rule build_task:
+    input:
+        meta=ancient(f"{RES}/tasks/{{tid}}/meta.json"),
+    output:
+        f"{RES}/build/{{tid}}.json",
+    log:
+        f"logs/{DEVICE}/build_task/{{tid}}.log",
+    params:
+        kind="build",
+        backend="cpu" if IS_DEMO else "cuda",
+        protocol_params=evaluation_params("build"),
+        ext_dir=lambda w: f"{RES}/build/ext/{w.tid}",
+        timeout=timeout("build"),
+    threads: 1
+    script:
+        "../scripts/run_task.py"
+
+
+rule check_task:
+    input:
+        meta=ancient(f"{RES}/tasks/{{tid}}/meta.json"),
+        build=ancient(f"{RES}/build/{{tid}}.json"),
+    output:
+        f"{RES}/check/{{tid}}.json",
+    log:
+        f"logs/{DEVICE}/check_task/{{tid}}.log",
+    params:
+        kind="check",
+        backend="cpu" if IS_DEMO else "cuda",
+        protocol_params=evaluation_params("check"),
+        ext_dir=lambda w: f"{RES}/build/ext/{w.tid}",
+        timeout=timeout("check"),
+    resources:
+        gpu=1,
+    script:
+        "../scripts/run_task.py"
+
+
+rule time_task:
+    input:
+        meta=ancient(f"{RES}/tasks/{{tid}}/meta.json"),
+        check=ancient(f"{RES}/check/{{tid}}.json"),
+    output:
+        f"{RES}/time/{{protocol}}/{{mode}}/{{tid}}.json",
+    log:
+        f"logs/{DEVICE}/time_task/{{protocol}}/{{mode}}/{{tid}}.log",
+    params:
+        kind="time",
+        backend="cpu" if IS_DEMO else "cuda",
+        protocol_params=evaluation_params("time"),
+        strict=strict_params,
+        ext_dir=lambda w: f"{RES}/build/ext/{w.tid}",
+        timeout=timeout("time"),
+    resources:
+        gpu=1,
+    script:
+        "../scripts/run_task.py"

@@ -1,0 +1,41 @@
+# Stage 1: obtain the release (download or local copy) and split it into task folders.
+
+
+rule fetch_release_file:
+    output:
+        "resources/cuda-l1/{commit}/{path}",
+    log:
+        "logs/fetch_release_file/{commit}/{path}.log",
+    params:
+        url=lambda w: fetch.release_url(
+            w.path,
+            repo=config["upstream"]["repo"],
+            commit=w.commit,
+            base_url=config["upstream"]["base_url"],
+        ),
+        sha256=lambda w: expected_sha256(w.path),
+    wildcard_constraints:
+        commit="[0-9a-f]{40}",
+        path=r"(optimized_cuda_code|more_baselines)/[\w./-]+\.json",
+    retries: 2
+    script:
+        "../scripts/fetch_release.py"
+
+
+rule split_release:
+    input:
+        **{k: ancient(v) for k, v in release_inputs().items()},
+    output:
+        meta=expand(f"{RES}/tasks/{{tid}}/meta.json", tid=ALL_TIDS),
+    log:
+        f"logs/{DEVICE}/split_release.log",
+    params:
+        device=DEVICE,
+        out_root=f"{RES}/tasks",
+        sha256=lambda w: {
+            "release": expected_sha256(RELEASE_PATH),
+            **{k: expected_sha256(v) for k, v in BASELINE_PATHS.items()},
+        },
+        release_path=RELEASE_PATH,
+    script:
+        "../scripts/split_release.py"

@@ -1,0 +1,354 @@
+"""Parse and normalise a CUDA-L1 release (flat JSONL or nested ``codes/`` JSON).
+
+Everything here is pure: no Snakemake, no torch. Bad input raises
+:class:`ReleaseError` whose message is one line naming the file, the line (or
+JSON path) and the field.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+#: Evaluation modes, in the paper's column order.
+MODES = (
+    "default",
+    "torch_compile",
+    "torch_compile_reduce_overhead",
+    "cuda_graph",
+    "cudnn",
+)
+
+#: Release field holding the published score of each mode.
+SCORE_FIELDS = {
+    "default": "score_default",
+    "torch_compile": "score_torch_compile_default",
+    "torch_compile_reduce_overhead": "score_torch_compile_reduce_overhead",
+    "cuda_graph": "score_cuda_graph",
+    "cudnn": "score_cudnn",
+}
+
+#: Modes whose baseline is a separate snippet rather than the reference.
+BASELINE_SNIPPET = {"cuda_graph": "cuda_graph_code", "cudnn": "cudnn_code"}
+
+#: GPUs with an upstream release file, and the embedded CPU demo.
+GPU_DEVICES = ("h100", "a100", "h20", "l40", "3090")
+DEVICES = GPU_DEVICES + ("demo",)
+
+#: KernelBench task counts per level (levels 1/2/3 = 100/100/50).
+KERNELBENCH_LEVELS = {1: 100, 2: 100, 3: 50}
+
+#: Snippet file names inside a task folder.
+SNIPPET_FILES = {
+    "ref": "ref.py",
+    "custom": "custom.py",
+    "cuda_graph": "cuda_graph.py",
+    "cudnn": "cudnn.py",
+}
+
+
+class ReleaseError(ValueError):
+    """Malformed release input; ``str(err)`` is one line naming file, place and field."""
+
+
+def task_id(level: int, task: int) -> str:
+    """Folder name of a task: ``L1_T012``."""
+    return f"L{level}_T{task:03d}"
+
+
+def parse_task_id(tid: str) -> tuple[int, int]:
+    """Inverse of :func:`task_id`."""
+    lv, tk = tid.split("_")
+    return int(lv[1:]), int(tk[1:])
+
+
+def is_missing_code(code) -> bool:
+    """True when a release carries no usable code: null, empty, or the string "None"."""
+    return code is None or (isinstance(code, str) and code.strip() in ("", "None"))
+
+
+@dataclass
+class Task:
+    level: int
+    task: int
+    ref_code: str
+    custom_code: str | None
+    cuda_graph_code: str | None = None
+    cudnn_code: str | None = None
+    published: dict = field(default_factory=dict)  # mode -> float | None
+    #: how the release marked missing custom code: None (code present), "null", "None" or "empty"
+    custom_missing: str | None = None
+
+    @property
+    def tid(self) -> str:
+        return task_id(self.level, self.task)
+
+    @property
+    def code_status(self) -> str:
+        return "no_code" if self.custom_code is None else "ok"
+
+    def snippets(self) -> dict[str, str]:
+        """Snippet name -> source, for the snippets present."""
+        out = {"ref": self.ref_code}
+        for name, src in (
+            ("custom", self.custom_code),
+            ("cuda_graph", self.cuda_graph_code),
+            ("cudnn", self.cudnn_code),
+        ):
+            if src is not None:
+                out[name] = src
+        return out
+
+
+# --------------------------------------------------------------------------- fields
+
+
+def _where(path, line) -> str:
+    return f"{path}:{line}" if line is not None else str(path)
+
+
+def _int_field(obj, name, path, line) -> int:
+    if name not in obj:
+        raise ReleaseError(f"{_where(path, line)}: field '{name}' is missing")
+    val = obj[name]
+    if isinstance(val, bool):
+        raise ReleaseError(f"{_where(path, line)}: field '{name}' must be an integer, got {val!r}")
+    if isinstance(val, int):
+        return val
+    if isinstance(val, str) and val.strip().isdigit():
+        return int(val)
+    raise ReleaseError(f"{_where(path, line)}: field '{name}' must be an integer, got {val!r}")
+
+
+def missing_kind(code) -> str | None:
+    """How a release spells "no code": "null", "None", "empty"; None when code is present."""
+    if code is None:
+        return "null"
+    if isinstance(code, str) and code.strip() == "None":
+        return "None"
+    if isinstance(code, str) and not code.strip():
+        return "empty"
+    return None
+
+
+def _code_field(obj, name, path, line, required=True) -> str | None:
+    if name not in obj:
+        if required:
+            raise ReleaseError(f"{_where(path, line)}: field '{name}' is missing")
+        return None
+    val = obj[name]
+    if val is not None and not isinstance(val, str):
+        raise ReleaseError(
+            f"{_where(path, line)}: field '{name}' must be a string or null, got {type(val).__name__}"
+        )
+    return None if is_missing_code(val) else val
+
+
+def _score_field(obj, name, path, line) -> float | None:
+    val = obj.get(name)
+    if val is None:
+        return None
+    if isinstance(val, bool):
+        raise ReleaseError(f"{_where(path, line)}: field '{name}' must be a number or null, got {val!r}")
+    if isinstance(val, str):
+        try:
+            val = float(val)
+        except ValueError:
+            raise ReleaseError(
+                f"{_where(path, line)}: field '{name}' must be a number or null, got {val!r}"
+            ) from None
+    if not isinstance(val, (int, float)) or not math.isfinite(val):
+        raise ReleaseError(f"{_where(path, line)}: field '{name}' must be a finite number or null, got {val!r}")
+    return float(val)
+
+
+def _check_level(level, path, line):
+    if level not in KERNELBENCH_LEVELS and level < 1:
+        raise ReleaseError(f"{_where(path, line)}: field 'level_id' must be >= 1, got {level}")
+
+
+# --------------------------------------------------------------------------- readers
+
+
+def _read_text(path: Path) -> str:
+    try:
+        return Path(path).read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ReleaseError(f"{path}: file not found") from None
+    except UnicodeDecodeError as err:
+        raise ReleaseError(f"{path}: not UTF-8 text ({err.reason} at byte {err.start})") from None
+
+
+def _jsonl_objects(path: Path, text: str):
+    """Yield (line_number, object) for each non-blank line of a JSONL text."""
+    for no, raw in enumerate(text.splitlines(), start=1):
+        if not raw.strip():
+            continue
+        try:
+            obj = json.loads(raw)
+        except json.JSONDecodeError as err:
+            raise ReleaseError(f"{path}:{no}: invalid JSON ({err.msg} at column {err.colno})") from None
+        if not isinstance(obj, dict):
+            raise ReleaseError(f"{path}:{no}: expected a JSON object, got {type(obj).__name__}")
+        yield no, obj
+
+
+def _add(tasks: dict, t: Task, path, line):
+    key = (t.level, t.task)
+    if key in tasks:
+        raise ReleaseError(
+            f"{_where(path, line)}: duplicate task (level_id={t.level}, task_id={t.task})"
+        )
+    tasks[key] = t
+
+
+def parse_flat(path, text: str | None = None) -> list[Task]:
+    """Parse the flat JSONL format (``optimized_cuda_code/{device}.json``)."""
+    path = Path(path)
+    text = _read_text(path) if text is None else text
+    tasks: dict = {}
+    for no, obj in _jsonl_objects(path, text):
+        level = _int_field(obj, "level_id", path, no)
+        _check_level(level, path, no)
+        t = Task(
+            level=level,
+            task=_int_field(obj, "task_id", path, no),
+            ref_code=_code_field(obj, "ref_code", path, no),
+            custom_code=_code_field(obj, "custom_code", path, no),
+            cuda_graph_code=_code_field(obj, "cuda_graph_code", path, no, required=False),
+            cudnn_code=_code_field(obj, "cudnn_code", path, no, required=False),
+            published={m: _score_field(obj, f, path, no) for m, f in SCORE_FIELDS.items()},
+            custom_missing=missing_kind(obj.get("custom_code")),
+        )
+        if t.ref_code is None:
+            raise ReleaseError(f"{path}:{no}: field 'ref_code' is empty")
+        _add(tasks, t, path, no)
+    if not tasks:
+        raise ReleaseError(f"{path}: no tasks found")
+    return sorted(tasks.values(), key=lambda t: (t.level, t.task))
+
+
+def parse_nested(path, text: str | None = None) -> list[Task]:
+    """Parse the nested format ``{"1": [{"task_id", "ref_code", "custom_code", "score"}, ...]}``.
+
+    Its single ``score`` is the default-mode score.
+    """
+    path = Path(path)
+    text = _read_text(path) if text is None else text
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise ReleaseError(f"{path}:{err.lineno}: invalid JSON ({err.msg} at column {err.colno})") from None
+    if not isinstance(data, dict):
+        raise ReleaseError(f"{path}: expected a JSON object keyed by level")
+    tasks: dict = {}
+    for lkey, entries in data.items():
+        if not str(lkey).isdigit():
+            raise ReleaseError(f"{path}: level key {lkey!r} is not an integer")
+        level = int(lkey)
+        if not isinstance(entries, list):
+            raise ReleaseError(f"{path}: [{lkey}] must be a list of tasks")
+        for i, obj in enumerate(entries):
+            where = f"[{lkey}][{i}]"
+            if not isinstance(obj, dict):
+                raise ReleaseError(f"{path}: {where} must be an object")
+            loc = (path, None)
+            try:
+                t = Task(
+                    level=level,
+                    task=_int_field(obj, "task_id", *loc),
+                    ref_code=_code_field(obj, "ref_code", *loc),
+                    custom_code=_code_field(obj, "custom_code", *loc),
+                    published={m: None for m in MODES}
+                    | {"default": _score_field(obj, "score", *loc)},
+                    custom_missing=missing_kind(obj.get("custom_code")),
+                )
+            except ReleaseError as err:
+                raise ReleaseError(str(err).replace(f"{path}:", f"{path}: {where}", 1)) from None
+            if t.ref_code is None:
+                raise ReleaseError(f"{path}: {where}: field 'ref_code' is empty")
+            _add(tasks, t, f"{path}: {where}", None)
+    if not tasks:
+        raise ReleaseError(f"{path}: no tasks found")
+    return sorted(tasks.values(), key=lambda t: (t.level, t.task))
+
+
+def parse_baselines(path) -> dict[tuple[int, int], str]:
+    """Parse ``more_baselines/{cuda_graph,cudnn}.json``: JSONL of {level_id, task_id, code}."""
+    path = Path(path)
+    out: dict = {}
+    for no, obj in _jsonl_objects(path, _read_text(path)):
+        key = (_int_field(obj, "level_id", path, no), _int_field(obj, "task_id", path, no))
+        code = _code_field(obj, "code", path, no)
+        if key in out:
+            raise ReleaseError(f"{path}:{no}: duplicate task (level_id={key[0]}, task_id={key[1]})")
+        if code is not None:
+            out[key] = code
+    return out
+
+
+def detect_format(text: str) -> str:
+    """'nested' for one JSON object keyed by level, else 'flat' (JSONL)."""
+    stripped = text.lstrip()
+    if not stripped.startswith("{"):
+        return "flat"
+    try:
+        data = json.loads(stripped)
+    except json.JSONDecodeError:
+        return "flat"
+    if isinstance(data, dict) and data and all(str(k).isdigit() for k in data):
+        return "nested"
+    return "flat"
+
+
+def load_release(path, baselines: dict | None = None) -> list[Task]:
+    """Parse a release file of either format; fill missing baseline code from ``baselines``.
+
+    ``baselines`` maps ``"cuda_graph"``/``"cudnn"`` to a more_baselines file path (or None).
+    """
+    path = Path(path)
+    text = _read_text(path)
+    tasks = parse_nested(path, text) if detect_format(text) == "nested" else parse_flat(path, text)
+    for mode, bpath in (baselines or {}).items():
+        if bpath is None:
+            continue
+        attr = BASELINE_SNIPPET[mode]
+        codes = parse_baselines(bpath)
+        for t in tasks:
+            if getattr(t, attr) is None and (t.level, t.task) in codes:
+                setattr(t, attr, codes[(t.level, t.task)])
+    return tasks
+
+
+def check_device(device: str, where: str = "config") -> str:
+    if device not in DEVICES:
+        raise ReleaseError(f"{where}: unknown device {device!r} (expected one of {', '.join(DEVICES)})")
+    return device
+
+
+# --------------------------------------------------------------------------- selection
+
+
+def parse_task_selector(sel: str) -> tuple[int, int]:
+    """``"1/12"`` -> (1, 12)."""
+    try:
+        lv, tk = str(sel).split("/")
+        return int(lv), int(tk)
+    except ValueError:
+        raise ReleaseError(f"config: tasks entry {sel!r} is not of the form LEVEL/TASK, e.g. 1/12") from None
+
+
+def select_tasks(all_ids, levels=None, tasks=None) -> list[tuple[int, int]]:
+    """Filter (level, task) pairs by levels and an explicit list of "L/T" selectors."""
+    ids = sorted(all_ids)
+    if levels:
+        ids = [i for i in ids if i[0] in set(levels)]
+    if tasks:
+        wanted = [parse_task_selector(s) for s in tasks]
+        missing = [f"{a}/{b}" for a, b in wanted if (a, b) not in set(all_ids)]
+        if missing:
+            raise ReleaseError(f"config: tasks {', '.join(missing)} are not in the release")
+        ids = [i for i in ids if i in set(wanted)]
+    return ids

@@ -1,0 +1,82 @@
+"""Parent side of a worker run: start the child, enforce the timeout, collect the result.
+
+Runs inside a Snakemake job. Snippet code never executes here: it runs in the
+child started by :func:`run_worker`, in its own process group, killed whole on
+timeout.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from l1bench.worker import EXIT_INFRA
+
+
+class JobFailed(RuntimeError):
+    """The run broke (timeout, crash, CUDA fault): no result; Snakemake retries the job."""
+
+
+def worker_env(package_root: Path, extra: dict | None = None) -> dict:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(package_root), env.get("PYTHONPATH")]))
+    env.setdefault("PYTHONUNBUFFERED", "1")
+    env.update({k: str(v) for k, v in (extra or {}).items() if v is not None})
+    return env
+
+
+def run_worker(job: dict, timeout: float, log_path, package_root, env: dict | None = None) -> dict:
+    """Run one job in a child process and return its result dict.
+
+    Raises :class:`JobFailed` on timeout, on a crash (any exit without a result)
+    and on an infrastructure failure reported by the worker (exit 3).
+    """
+    package_root = Path(package_root).resolve()
+    with tempfile.TemporaryDirectory(prefix="l1bench-") as tmp:
+        job_path, out_path = Path(tmp) / "job.json", Path(tmp) / "result.json"
+        job_path.write_text(json.dumps(job))
+        cmd = [sys.executable, "-m", "l1bench.worker", str(job_path), str(out_path)]
+        t0 = time.monotonic()
+        with open(log_path, "a") as log:
+            log.write(f"$ {' '.join(cmd)}  (timeout {timeout:.0f} s)\n")
+            log.flush()
+            proc = subprocess.Popen(
+                cmd,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=worker_env(package_root, env),
+                start_new_session=True,
+            )
+            try:
+                rc = proc.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                _kill_group(proc)
+                raise JobFailed(f"{job['tid']}: timed out after {timeout:.0f} s") from None
+            finally:
+                _kill_group(proc)  # leave no stray grandchildren (compile workers, threads)
+            log.write(f"worker exit {rc} after {time.monotonic() - t0:.1f} s\n")
+        if rc == EXIT_INFRA:
+            raise JobFailed(f"{job['tid']}: infrastructure failure (CUDA fault or out of memory), see log")
+        if rc != 0:
+            how = f"signal {signal.Signals(-rc).name}" if rc < 0 else f"exit code {rc}"
+            raise JobFailed(f"{job['tid']}: worker crashed ({how}), see log")
+        if not out_path.exists():
+            raise JobFailed(f"{job['tid']}: worker exited 0 without a result")
+        return json.loads(out_path.read_text())
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    try:
+        proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        pass

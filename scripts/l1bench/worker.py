@@ -1,0 +1,490 @@
+"""Child process that builds, checks or times one task.
+
+Run as ``python -m l1bench.worker JOB.json RESULT.json``. This is the only place
+where snippet code executes. Exit codes:
+
+* 0 — a result was written (whatever its status: a compile error or a wrong
+  output is a *result*);
+* 3 — the run broke (CUDA fault, out of memory): no result, the job must fail
+  and be retried;
+* anything else, or a signal — a crash: no result.
+
+The paper protocol follows CUDA-L1's ``eval/eval_cuda.py`` at the pinned commit
+(our own code): correctness trials seeded like the harness, 3 warm-up calls,
+``outer_trials`` × ``inner_trials`` timed pairs in random order with CUDA events,
+waiting on the custom model's own streams when its source mentions
+``cuda.Stream``; score = mean over outer trials of mean(ref ms)/mean(custom ms).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import random
+import statistics
+import sys
+import time
+import traceback
+from pathlib import Path
+
+from l1bench import gpulock, provenance
+from l1bench.snippet import (
+    InfraError,
+    SnippetError,
+    build_model,
+    classify_exception,
+    flatten_outputs,
+    load_custom,
+    load_reference,
+    make_inputs,
+    set_seed,
+    sha256_text,
+    short,
+    to_device,
+)
+
+EXIT_INFRA = 3
+
+COMPILE_MODES = {"torch_compile": "default", "torch_compile_reduce_overhead": "reduce-overhead"}
+BASELINE_SNIPPETS = {"cuda_graph": "cuda_graph", "cudnn": "cudnn"}
+GPU_ONLY_MODES = ("cuda_graph", "cudnn")
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def read_snippets(task_dir: Path) -> dict:
+    meta = json.loads((task_dir / "meta.json").read_text())
+    out = {}
+    for name, info in meta.get("snippets", {}).items():
+        out[name] = (task_dir / info["file"]).read_text()
+    return meta, out
+
+
+def synchronize(device: str) -> None:
+    if device.startswith("cuda"):
+        import torch
+
+        torch.cuda.synchronize(device)
+
+
+def find_model_streams(model) -> list:
+    """CUDA streams held as attributes of a model (as the published harness looks for them)."""
+    import torch
+
+    streams = []
+    for name in dir(model):
+        try:
+            val = getattr(model, name)
+        except Exception:  # noqa: BLE001 - properties of untrusted models may raise anything
+            continue
+        vals = val if isinstance(val, (list, tuple)) else val.values() if isinstance(val, dict) else [val]
+        streams.extend(v for v in vals if isinstance(v, torch.cuda.Stream))
+    return streams
+
+
+def time_call(fn, inputs, device: str, wait_streams=()) -> float:
+    """Milliseconds of one call: CUDA events on the current stream, or a host timer on CPU."""
+    if device.startswith("cuda"):
+        import torch
+
+        stream = torch.cuda.current_stream(device)
+        start = torch.cuda.Event(enable_timing=True)
+        end = torch.cuda.Event(enable_timing=True)
+        start.record(stream)
+        fn(*inputs)
+        for s in wait_streams:
+            stream.wait_stream(s)
+        end.record(stream)
+        torch.cuda.synchronize(device)
+        return start.elapsed_time(end)
+    t0 = time.perf_counter()
+    fn(*inputs)
+    return (time.perf_counter() - t0) * 1e3
+
+
+def lazy_problems(outputs, device: str) -> list[str]:
+    """The paper protocol's laziness check: plain tensors on the device with real storage."""
+    import torch
+
+    problems = []
+    many = len(outputs) > 1
+    for i, out in enumerate(outputs):
+        label = f"output[{i}]" if many else "output"
+        if not isinstance(out, torch.Tensor):
+            problems.append(f"{label} is not a tensor: {type(out).__name__}")
+            continue
+        if type(out).__name__ not in ("Tensor", "Parameter"):
+            problems.append(f"{label} is {type(out).__name__}, not a plain torch.Tensor")
+            continue
+        if out.device != torch.device(device):
+            problems.append(f"{label} on {out.device}, expected {device}")
+            continue
+        try:
+            if out.untyped_storage().size() == 0:
+                problems.append(f"{label} has no allocated storage")
+            elif out.data_ptr() == 0:
+                problems.append(f"{label} has a null data pointer")
+        except Exception as err:  # noqa: BLE001
+            problems.append(f"{label} storage not accessible: {short(err, 120)}")
+    return problems
+
+
+def compare_outputs(ref_out, cus_out, atol: float, rtol: float) -> tuple[bool, str, float]:
+    """(ok, reason, max_abs_diff) comparing two model outputs like the harness (shape + allclose)."""
+    import torch
+
+    refs, cuss = flatten_outputs(ref_out), flatten_outputs(cus_out)
+    if len(refs) != len(cuss):
+        return False, f"{len(cuss)} outputs, expected {len(refs)}", float("nan")
+    worst = 0.0
+    for r, c in zip(refs, cuss):
+        if not isinstance(c, torch.Tensor) or not isinstance(r, torch.Tensor):
+            return False, "output is not a tensor", float("nan")
+        if r.shape != c.shape:
+            return False, f"shape {tuple(c.shape)}, expected {tuple(r.shape)}", float("nan")
+        rr, cc = r.float() if r.is_floating_point() else r, c.to(r.dtype) if c.dtype != r.dtype else c
+        diff = (rr.double() - cc.double()).abs()
+        worst = max(worst, float(diff.max()) if diff.numel() else 0.0)
+        if not torch.allclose(r, c.to(r.dtype), atol=atol, rtol=rtol):
+            return False, f"values differ (max abs diff {worst:.3g}, atol={atol}, rtol={rtol})", worst
+    return True, "", worst
+
+
+@contextlib.contextmanager
+def guarded(during: str, default_status: str):
+    """Turn exceptions from snippet code into SnippetError / InfraError."""
+    try:
+        yield
+    except (SnippetError, InfraError):
+        raise
+    except Exception as err:  # noqa: BLE001
+        raise classify_exception(err, default_status, during) from err
+
+
+def result(job: dict, status: str, reason: str = "", **extra) -> dict:
+    out = {
+        "kind": job["kind"],
+        "tid": job["tid"],
+        "status": status,
+        "reason": short(reason) if reason else "",
+    }
+    for key in ("mode", "protocol"):
+        if job.get(key):
+            out[key] = job[key]
+    out.update(extra)
+    return out
+
+
+def upstream_status(job: dict, key: str, ok: str) -> dict | None:
+    """If an earlier stage's result (build or check) is negative, carry it forward."""
+    path = job.get(key)
+    if not path:
+        return None
+    prev = json.loads(Path(path).read_text())
+    if prev["status"] == ok:
+        return None
+    stage = prev.get("kind", key)
+    return result(job, prev["status"], f"{stage}: {prev.get('reason', '')}".rstrip(": "))
+
+
+# --------------------------------------------------------------------------- build
+
+
+def do_build(job: dict, meta: dict, snippets: dict) -> dict:
+    """Compile the custom code's inline extensions into the task's extension folder (CPU)."""
+    if "custom" not in snippets:
+        return result(job, "no_code", "the release carries no custom code for this task")
+    t0 = time.perf_counter()
+    with guarded("building custom code", "load_error"):
+        model_new = load_custom(snippets["custom"])
+    construct_note = ""
+    if job["params"].get("construct_on_cpu", True):
+        # Some snippets call load_inline in __init__: constructing on the CPU builds them now.
+        try:
+            _, _, get_init_inputs = load_reference(snippets["ref"])
+            set_seed(job["params"]["seed"])
+            model_new(*get_init_inputs())
+        except Exception as err:  # noqa: BLE001 - not a verdict: the GPU check decides
+            construct_note = f"construction on CPU failed (checked again on the device): {short(err, 160)}"
+    ext_dir = Path(job["ext_dir"])
+    built = sorted(p.name for p in ext_dir.iterdir() if p.is_dir()) if ext_dir.is_dir() else []
+    return result(
+        job,
+        "ok",
+        construct_note,
+        build_s=round(time.perf_counter() - t0, 3),
+        extensions=built,
+    )
+
+
+# --------------------------------------------------------------------------- check
+
+
+def do_check(job: dict, meta: dict, snippets: dict) -> dict:
+    """Load, laziness and correctness on the device, as the paper protocol does."""
+    prev = upstream_status(job, "build_result", "ok")
+    if prev:
+        return prev
+    p, device = job["params"], job["device"]
+    import torch
+
+    Model, get_inputs, get_init_inputs = load_reference(snippets["ref"])
+    with guarded("loading custom code", "load_error"):
+        ModelNew = load_custom(snippets["custom"])
+    stats: dict = {}
+    details: dict = {}
+    with gpulock.device_lock(device, job.get("lock_dir"), stats), torch.no_grad():
+        seed = p["seed"]
+        set_seed(seed)
+        init_inputs = to_device(get_init_inputs(), device)
+        ref = build_model(Model, init_inputs, seed, device)
+        with guarded("constructing ModelNew", "runtime_error"):
+            custom = build_model(ModelNew, init_inputs, seed, device)
+        # Laziness (the harness runs it on seed-42 inputs before correctness).
+        set_seed(seed)
+        inputs = make_inputs(get_inputs, device, p["inputs_on_device"])
+        with guarded("first call of ModelNew", "runtime_error"):
+            out = custom(*inputs)
+            synchronize(device)
+        problems = lazy_problems(flatten_outputs(out), device)
+        if problems:
+            return result(job, "lazy", "; ".join(problems), **stats)
+        del out
+        # Correctness: trial seeds drawn as the harness draws them.
+        torch.manual_seed(seed)
+        trial_seeds = [int(torch.randint(0, 2**32 - 1, (1,)).item()) for _ in range(p["correctness_trials"])]
+        worst = 0.0
+        for i, ts in enumerate(trial_seeds):
+            set_seed(ts)
+            inputs = make_inputs(get_inputs, device, p["inputs_on_device"])
+            set_seed(ts)
+            ref.eval()
+            ref_out = ref(*inputs)
+            synchronize(device)
+            set_seed(ts)
+            with guarded(f"correctness trial {i + 1}", "runtime_error"):
+                custom.eval()
+                cus_out = custom(*inputs)
+                synchronize(device)
+            ok, why, diff = compare_outputs(ref_out, cus_out, p["atol"], p["rtol"])
+            worst = max(worst, diff) if diff == diff else worst
+            if not ok:
+                return result(job, "incorrect", f"trial {i + 1}: {why}", trials_passed=i, **stats)
+        details["max_abs_diff"] = worst
+        flags = []
+        if job.get("detectors"):
+            from l1bench import detectors
+
+            det = detectors.run_detectors(Model, ModelNew, get_inputs, get_init_inputs, torch.device(device), job["detectors"])
+            flags = det.get("flags", [])
+            details["detectors"] = det.get("details", {})
+    return result(job, "pass", "", trials_passed=len(trial_seeds), flags=flags, details=details, **stats)
+
+
+# --------------------------------------------------------------------------- time
+
+
+def baseline_source(mode: str, snippets: dict) -> str | None:
+    return snippets.get(BASELINE_SNIPPETS[mode]) if mode in BASELINE_SNIPPETS else snippets["ref"]
+
+
+def wrap_baseline(model, mode: str):
+    if mode in COMPILE_MODES:
+        import torch
+
+        return torch.compile(model, mode=COMPILE_MODES[mode])
+    return model
+
+
+def do_time(job: dict, meta: dict, snippets: dict) -> dict:
+    mode, device, p = job["mode"], job["device"], job["params"]
+    prev = upstream_status(job, "check_result", "pass")
+    if prev:
+        return prev
+    if mode in GPU_ONLY_MODES and device == "cpu":
+        return result(job, "unsupported", f"{mode} baselines need a CUDA GPU")
+    base_src = baseline_source(mode, snippets)
+    if base_src is None:
+        return result(job, "no_baseline", f"the release has no {mode} baseline code for this task")
+    import torch
+
+    try:
+        Base, _, _ = load_reference(base_src, label=mode)
+    except SnippetError as err:
+        return result(job, "baseline_error", err.reason)
+    except Exception as err:  # noqa: BLE001
+        return result(job, "baseline_error", f"loading {mode} baseline: {short(err)}")
+    _, get_inputs, get_init_inputs = load_reference(snippets["ref"])
+    with guarded("loading custom code", "load_error"):
+        ModelNew = load_custom(snippets["custom"])
+    custom_src = snippets["custom"]
+    wait_for_streams = "cuda.Stream" in custom_src and device.startswith("cuda")
+    stats: dict = {}
+    timings: dict = {"ref_ms": [], "custom_ms": [], "trial_scores": []}
+    rng = random.Random(p["seed"])
+    on_dev = p["inputs_on_device"]
+
+    def models(seed):
+        set_seed(seed)
+        init_inputs = to_device(get_init_inputs(), device)
+        with guarded(f"constructing the {mode} baseline", "baseline_error"):
+            base = wrap_baseline(build_model(Base, init_inputs, seed, device), mode)
+        with guarded("constructing ModelNew", "runtime_error"):
+            custom = build_model(ModelNew, init_inputs, seed, device)
+        return base, custom
+
+    t_setup = time.perf_counter()
+    with torch.no_grad():
+        if mode in COMPILE_MODES:
+            # Code generation is CPU work: done here, outside the device lock. The
+            # compiled code is reused by the rebuilt models of every outer trial.
+            base, _ = models(p["seed"])
+            with guarded(f"compiling the reference ({mode})", "baseline_error"):
+                base(*make_inputs(get_inputs, device, on_dev))
+                synchronize(device)
+            del base
+    stats["precompile_s"] = round(time.perf_counter() - t_setup, 3)
+    clocks_before = provenance.clocks(device)
+    with gpulock.device_lock(device, job.get("lock_dir"), stats), torch.no_grad():
+        if job["protocol"] == "strict":
+            from l1bench import strict
+
+            base, custom = models(p["seed"])
+            warm = make_inputs(get_inputs, device, on_dev)
+            for _ in range(p["warmup"]):
+                base(*warm)
+                custom(*warm)
+            synchronize(device)
+            with guarded("strict timing", "runtime_error"):
+                st = strict.time_strict(base, custom, lambda: make_inputs(get_inputs, device, on_dev), torch.device(device), job["strict"])
+            clocks_after = provenance.clocks(device)
+            return result(
+                job,
+                "ok",
+                "",
+                score=st["speedup_median"],
+                score_std=None,
+                strict=st,
+                flags=st.get("flags", []),
+                n_timings=st.get("n", 0),
+                clocks_before=clocks_before,
+                clocks_after=clocks_after,
+                **stats,
+            )
+        for outer in range(p["outer_trials"]):
+            seed = p["seed"] + outer
+            base, custom = models(seed)
+            streams = find_model_streams(custom) if wait_for_streams else []
+            warm = make_inputs(get_inputs, device, on_dev)
+            with guarded("warm-up", "runtime_error"):
+                for _ in range(p["warmup"]):
+                    base(*warm)
+                    custom(*warm)
+                    synchronize(device)
+            ref_ms, cus_ms = [], []
+            for _ in range(p["inner_trials"]):
+                inputs = make_inputs(get_inputs, device, on_dev)
+                order = ("ref", "custom") if rng.random() < 0.5 else ("custom", "ref")
+                for who in order:
+                    if who == "ref":
+                        ref_ms.append(time_call(base, inputs, device))
+                    else:
+                        with guarded("timed call", "runtime_error"):
+                            cus_ms.append(time_call(custom, inputs, device, streams))
+            trial_score = statistics.fmean(ref_ms) / statistics.fmean(cus_ms)
+            timings["ref_ms"].append([round(v, 5) for v in ref_ms])
+            timings["custom_ms"].append([round(v, 5) for v in cus_ms])
+            timings["trial_scores"].append(trial_score)
+            del base, custom
+            if p.get("early_stop_below") is not None and trial_score < p["early_stop_below"]:
+                break
+    clocks_after = provenance.clocks(device)
+    scores = timings["trial_scores"]
+    mean = statistics.fmean(scores)
+    std = statistics.pstdev(scores) if len(scores) > 1 else 0.0
+    return result(
+        job,
+        "ok",
+        "" if len(scores) == p["outer_trials"] else f"stopped after {len(scores)} outer trials (score < {p['early_stop_below']})",
+        score=mean,
+        score_std=std,
+        n_timings=sum(len(r) for r in timings["ref_ms"]),
+        ref_ms_mean=statistics.fmean(v for r in timings["ref_ms"] for v in r),
+        custom_ms_mean=statistics.fmean(v for r in timings["custom_ms"] for v in r),
+        clocks_before=clocks_before,
+        clocks_after=clocks_after,
+        **timings,
+        **stats,
+    )
+
+
+# --------------------------------------------------------------------------- main
+
+KINDS = {"build": do_build, "check": do_check, "time": do_time}
+
+
+def pick_device(job: dict) -> str:
+    """``cpu`` for the demo; else one CUDA device chosen stably from the job's identity."""
+    if job["backend"] == "cpu":
+        return "cpu"
+    import torch
+
+    if not torch.cuda.is_available():
+        raise InfraError("no CUDA device is visible to the worker")
+    n = torch.cuda.device_count()
+    key = sum(map(ord, f"{job['tid']}/{job.get('mode', '')}"))
+    index = key % n
+    torch.cuda.set_device(index)
+    return f"cuda:{index}"
+
+
+def run(job: dict) -> dict:
+    t0 = time.time()
+    started = provenance.now_iso()
+    if job.get("ext_dir"):
+        Path(job["ext_dir"]).mkdir(parents=True, exist_ok=True)
+        os.environ["TORCH_EXTENSIONS_DIR"] = str(Path(job["ext_dir"]).resolve())
+    task_dir = Path(job["task_dir"])
+    meta, snippets = read_snippets(task_dir)
+    job["device"] = "cpu" if job["kind"] == "build" else pick_device(job)
+    try:
+        if "custom" not in snippets and job["kind"] != "build":
+            res = result(job, "no_code", "the release carries no custom code for this task")
+        else:
+            res = KINDS[job["kind"]](job, meta, snippets)
+    except SnippetError as err:
+        res = result(job, err.status, err.reason)
+    res["snippet_sha256"] = {k: sha256_text(v) for k, v in snippets.items()}
+    res["params"] = job.get("params", {})
+    res["provenance"] = provenance.environment(job["device"]) | {
+        "started": started,
+        "finished": provenance.now_iso(),
+        "wall_s": round(time.time() - t0, 3),
+    }
+    return res
+
+
+def main(argv: list[str]) -> int:
+    job_path, out_path = argv[1], argv[2]
+    job = json.loads(Path(job_path).read_text())
+    try:
+        res = run(job)
+    except InfraError as err:
+        print(f"l1bench worker: infrastructure failure: {err}", file=sys.stderr)
+        return EXIT_INFRA
+    tmp = Path(out_path).with_suffix(".partial")
+    tmp.write_text(json.dumps(res, indent=1, sort_keys=True, default=str) + "\n")
+    os.replace(tmp, out_path)
+    return 0
+
+
+if __name__ == "__main__":
+    try:
+        sys.exit(main(sys.argv))
+    except SystemExit:
+        raise
+    except BaseException:  # noqa: BLE001 - anything unexpected is a crash: no result
+        traceback.print_exc()
+        sys.exit(1)

@@ -1,0 +1,66 @@
+"""Snakemake script of build_task, check_task and time_task: one worker child per job.
+
+The child (l1bench.worker) runs the snippet code; this process only prepares
+the job, enforces the timeout and writes the result atomically. A negative
+verdict is a result; a timeout, crash or CUDA fault raises, so the job fails
+and leaves no output.
+"""
+
+import logging
+import sys
+from pathlib import Path
+
+
+def package_root(smk) -> Path:
+    return Path(getattr(smk, "scriptdir", None) or Path(__file__).parent)
+
+
+def make_job(smk) -> dict:
+    p = smk.params
+    job = {
+        "kind": p.kind,
+        "backend": p.backend,
+        "tid": smk.wildcards.tid,
+        "task_dir": str(Path(smk.input.meta).parent),
+        "ext_dir": p.ext_dir,
+        "params": dict(p.protocol_params.get("paper", {})),
+    }
+    if p.kind == "build":
+        job["params"] = dict(p.protocol_params["build"]) | {"seed": 42}
+    if p.kind == "check":
+        job["build_result"] = smk.input.build
+        job["detectors"] = p.protocol_params.get("detectors")
+    if p.kind == "time":
+        job["check_result"] = smk.input.check
+        job["mode"] = smk.wildcards.mode
+        job["protocol"] = smk.wildcards.protocol
+        job["strict"] = p.strict
+    return job
+
+
+def worker_env(smk) -> dict:
+    env = {"TORCHINDUCTOR_COMPILE_THREADS": 1}
+    if smk.params.kind == "build":
+        build = smk.params.protocol_params["build"]
+        env["MAX_JOBS"] = build["max_jobs"]
+        if build["cuda_arch_list"]:
+            env["TORCH_CUDA_ARCH_LIST"] = build["cuda_arch_list"]
+    return env
+
+
+def main(smk) -> None:
+    sys.path.insert(0, str(package_root(smk)))
+    from l1bench.io import atomic_write_json
+    from l1bench.runner import run_worker
+
+    logging.basicConfig(filename=smk.log[0], level=logging.INFO, format="%(asctime)s %(message)s")
+    job = make_job(smk)
+    logging.info("job %s", job)
+    res = run_worker(job, smk.params.timeout, smk.log[0], package_root(smk), worker_env(smk))
+    res["release_fingerprint"] = smk.params.protocol_params["release"]
+    atomic_write_json(smk.output[0], res)
+    logging.info("status %s %s", res["status"], res.get("reason", ""))
+
+
+if "snakemake" in globals():
+    main(snakemake)  # noqa: F821

@@ -1,0 +1,27 @@
+"""Test configuration: make ``scripts/`` importable and locate the real release data."""
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "scripts"))
+
+
+def _release_dir():
+    env = os.environ.get("L1_RELEASE_DIR")
+    if env:
+        return Path(env)
+    guess = ROOT.parent / "shared" / "cuda-l1"
+    return guess if guess.is_dir() else None
+
+
+@pytest.fixture(scope="session")
+def release_dir():
+    """The upstream release folder (``$L1_RELEASE_DIR``, default ``../shared/cuda-l1``)."""
+    d = _release_dir()
+    if d is None or not (d / "optimized_cuda_code").is_dir():
+        pytest.skip("real release data not available (set L1_RELEASE_DIR)")
+    return d
