@@ -13,6 +13,15 @@ from l1bench import release as rel  # noqa: E402
 from l1bench import fetch  # noqa: E402
 
 
+def _normalise_cli_booleans(cfg):
+    """--config key=true arrives as the string "true": make it a boolean before validation."""
+    for key in ("aggregate_only",):
+        val = cfg.get(key)
+        if isinstance(val, str) and val.lower() in ("true", "false", "1", "0", "yes", "no"):
+            cfg[key] = val.lower() in ("true", "1", "yes")
+
+
+_normalise_cli_booleans(config)
 validate(config, schema="../config/schemas/config.schema.yaml")
 
 DEVICE = config["device"]

@@ -51,12 +51,16 @@ def worker_env(smk) -> dict:
 def main(smk) -> None:
     sys.path.insert(0, str(package_root(smk)))
     from l1bench.io import atomic_write_json
-    from l1bench.runner import run_worker
+    from l1bench.runner import JobFailed, run_worker
 
     logging.basicConfig(filename=smk.log[0], level=logging.INFO, format="%(asctime)s %(message)s")
     job = make_job(smk)
     logging.info("job %s", job)
-    res = run_worker(job, smk.params.timeout, smk.log[0], package_root(smk), worker_env(smk))
+    try:
+        res = run_worker(job, smk.params.timeout, smk.log[0], package_root(smk), worker_env(smk))
+    except JobFailed as err:
+        logging.error("FAILED (no result written; the next run retries): %s", err)
+        sys.exit(f"{smk.rule}: {err}")
     res["release_fingerprint"] = smk.params.protocol_params["release"]
     atomic_write_json(smk.output[0], res)
     logging.info("status %s %s", res["status"], res.get("reason", ""))

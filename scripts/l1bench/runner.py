@@ -16,6 +16,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from l1bench.gpulock import STATUS_ENV, waited_seconds
 from l1bench.worker import EXIT_INFRA
 
 
@@ -35,12 +36,15 @@ def run_worker(job: dict, timeout: float, log_path, package_root, env: dict | No
     """Run one job in a child process and return its result dict.
 
     Raises :class:`JobFailed` on timeout, on a crash (any exit without a result)
-    and on an infrastructure failure reported by the worker (exit 3).
+    and on an infrastructure failure reported by the worker (exit 3). Time the
+    child spends waiting for the device lock does not count against ``timeout``.
     """
     package_root = Path(package_root).resolve()
     with tempfile.TemporaryDirectory(prefix="l1bench-") as tmp:
         job_path, out_path = Path(tmp) / "job.json", Path(tmp) / "result.json"
+        lock_status = Path(tmp) / "lock-status.json"
         job_path.write_text(json.dumps(job))
+        env = dict(env or {}) | {STATUS_ENV: str(lock_status)}
         cmd = [sys.executable, "-m", "l1bench.worker", str(job_path), str(out_path)]
         t0 = time.monotonic()
         with open(log_path, "a") as log:
@@ -54,10 +58,10 @@ def run_worker(job: dict, timeout: float, log_path, package_root, env: dict | No
                 start_new_session=True,
             )
             try:
-                rc = proc.wait(timeout=timeout)
+                rc = _wait(proc, timeout, lock_status, t0)
             except subprocess.TimeoutExpired:
                 _kill_group(proc)
-                raise JobFailed(f"{job['tid']}: timed out after {timeout:.0f} s") from None
+                raise JobFailed(f"{job['tid']}: timed out after {timeout:.0f} s (not counting lock waits)") from None
             finally:
                 _kill_group(proc)  # leave no stray grandchildren (compile workers, threads)
             log.write(f"worker exit {rc} after {time.monotonic() - t0:.1f} s\n")
@@ -69,6 +73,17 @@ def run_worker(job: dict, timeout: float, log_path, package_root, env: dict | No
         if not out_path.exists():
             raise JobFailed(f"{job['tid']}: worker exited 0 without a result")
         return json.loads(out_path.read_text())
+
+
+def _wait(proc: subprocess.Popen, timeout: float, lock_status: Path, t0: float, poll: float = 0.5) -> int:
+    """Wait for the child; its deadline moves on by the time it spends waiting for the lock."""
+    while True:
+        try:
+            return proc.wait(timeout=poll)
+        except subprocess.TimeoutExpired:
+            busy = time.monotonic() - t0 - waited_seconds(lock_status)
+            if busy > timeout:
+                raise
 
 
 def _kill_group(proc: subprocess.Popen) -> None:

@@ -1,0 +1,95 @@
+"""Snakemake script: aggregate per-task results of one device into tables, figures and a README.
+
+input (named):  meta (list of meta.json), check (list of check/{tid}.json),
+                time (list of time/{protocol}/{mode}/{tid}.json)
+output (named): csv (scores.csv), summary (summary.md), per_task (per_task.md),
+                scatter (png), ratios (png), report (README.md)
+params:         device
+"""
+
+import logging
+import sys
+from pathlib import Path
+
+
+def _setup_logging(log_path):
+    Path(log_path).parent.mkdir(parents=True, exist_ok=True)
+    fh = open(log_path, "w", encoding="utf-8", buffering=1)  # noqa: SIM115 - lives for the process
+    sys.stderr = fh
+    logging.basicConfig(
+        stream=fh,
+        level=logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        force=True,
+    )
+
+
+def _package_dir(smk) -> Path:
+    scriptdir = getattr(smk, "scriptdir", None)
+    if scriptdir and (Path(scriptdir) / "l1bench").is_dir():
+        return Path(scriptdir)
+    return Path(__file__).resolve().parent
+
+
+def _as_list(x):
+    if x is None:
+        return []
+    if isinstance(x, (str, Path)):
+        return [x]
+    return list(x)
+
+
+def main(smk):
+    if smk.log:
+        _setup_logging(smk.log[0])
+    log = logging.getLogger("aggregate")
+    sys.path.insert(0, str(_package_dir(smk)))
+
+    from l1bench import aggregate as agg
+    from l1bench.io import atomic_path, atomic_write_text
+
+    device = smk.params.device
+    meta = _as_list(smk.input.get("meta"))
+    check = _as_list(smk.input.get("check"))
+    time = _as_list(smk.input.get("time"))
+    log.info("device %s: %d meta, %d check, %d time files", device, len(meta), len(check), len(time))
+
+    df = agg.load_results(meta, check, time)
+    if len(df) and "device" in df:
+        df["device"] = df["device"].fillna(device)
+    log.info("loaded %d rows (%d tasks)", len(df), df["tid"].nunique() if len(df) else 0)
+
+    out = smk.output
+    with atomic_path(out.csv) as tmp:
+        df.to_csv(tmp, index=False, float_format="%.6g")
+    atomic_write_text(out.summary, agg.render_summary_markdown(df))
+    atomic_write_text(out.per_task, agg.render_per_task_markdown(df))
+    agg.plot_measured_vs_published(df, out.scatter)
+    agg.plot_ratio_hist(df, out.ratios)
+
+    report_dir = Path(out.report).parent
+    rel = lambda p: agg.relpath(p, report_dir)  # noqa: E731
+    prov = {"device": device, **{k: v for k, v in agg.provenance_from_df(df).items() if k != "device"}}
+    text = agg.render_report(
+        df,
+        prov,
+        figures=[
+            (rel(out.scatter), "Measured vs published speedup per task"),
+            (rel(out.ratios), "Distribution of measured / published"),
+        ],
+        tables={
+            "Summary statistics, published next to measured (summary.md)": rel(out.summary),
+            "Per-task results, largest disagreements first (per_task.md)": rel(out.per_task),
+            "All scores, one row per task × mode × protocol (scores.csv)": rel(out.csv),
+        },
+    )
+    atomic_write_text(out.report, text)
+    counts = agg.status_counts(df)
+    if len(counts):
+        tot = counts[["measured", "failed", "not_run", "missing"]].sum()
+        log.info("measured %d, failed %d, not run %d, missing %d", *tot.tolist())
+    log.info("wrote %s", ", ".join(str(p) for p in out))
+
+
+if "snakemake" in globals():
+    main(snakemake)  # noqa: F821

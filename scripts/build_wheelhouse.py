@@ -1,0 +1,160 @@
+#!/usr/bin/env python3
+"""Build an offline wheelhouse of Snakemake's runtime closure for GPU nodes.
+
+Air-gapped GPU machines cannot reach PyPI, so we download binary wheels here
+for the target interpreter (CPython ``--python-version``, linux x86_64) and
+carry the folder over::
+
+    python scripts/build_wheelhouse.py --dest .whl --python-version 3.12
+
+The pinned list lives in ``envs/requirements-gpu-node.txt``. Pure-Python
+packages published only as sdists (:data:`SDIST_ONLY`) are built into
+``py3-none-any`` wheels here with ``pip wheel``. After the download
+:func:`missing_requirements` checks that every ``Requires-Dist`` of every wheel
+(markers evaluated for the target) is met by a wheel in the folder; the script
+exits non-zero if not.
+"""
+
+from __future__ import annotations
+
+import argparse
+import email.parser
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+try:
+    from packaging.requirements import Requirement
+    from packaging.utils import canonicalize_name
+    from packaging.version import Version
+except ImportError:  # pragma: no cover - pip always vendors packaging
+    from pip._vendor.packaging.requirements import Requirement
+    from pip._vendor.packaging.utils import canonicalize_name
+    from pip._vendor.packaging.version import Version
+
+ROOT = Path(__file__).resolve().parents[1]
+DEFAULT_REQUIREMENTS = ROOT / "envs" / "requirements-gpu-node.txt"
+
+#: pip ``--platform`` tags accepted on a glibc >= 2.28 linux x86_64 node.
+PLATFORMS = (
+    "manylinux_2_28_x86_64",
+    "manylinux_2_17_x86_64",
+    "manylinux2014_x86_64",
+    "manylinux_2_27_x86_64",
+    "manylinux1_x86_64",
+    "any",
+)
+
+#: Pure-Python packages without a wheel on PyPI; built locally with ``pip wheel``.
+SDIST_ONLY = frozenset({"connection-pool"})
+
+
+def read_requirements(path: str | Path) -> list[str]:
+    """Requirement lines of ``path`` without comments and blank lines."""
+    lines = (line.split("#", 1)[0].strip() for line in Path(path).read_text().splitlines())
+    return [line for line in lines if line]
+
+
+def pip_download_command(
+    dest: str | Path, python_version: str, requirements: list[str], python: str = sys.executable
+) -> list[str]:
+    """The ``pip download`` command line fetching ``requirements`` for the target."""
+    cmd = [python, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
+           "--python-version", python_version, "--implementation", "cp"]
+    for plat in PLATFORMS:
+        cmd += ["--platform", plat]
+    return cmd + ["-d", str(dest), *requirements]
+
+
+def pip_wheel_command(dest: str | Path, requirements: list[str], python: str = sys.executable) -> list[str]:
+    """The ``pip wheel`` command line building pure-Python sdists into ``dest``."""
+    return [python, "-m", "pip", "wheel", "--no-deps", "-w", str(dest), *requirements]
+
+
+def marker_environment(python_version: str = "3.12") -> dict[str, str]:
+    """PEP 508 marker environment of a CPython ``python_version`` linux x86_64 node."""
+    full = python_version if python_version.count(".") >= 2 else python_version + ".0"
+    return {
+        "implementation_name": "cpython",
+        "implementation_version": full,
+        "os_name": "posix",
+        "platform_machine": "x86_64",
+        "platform_python_implementation": "CPython",
+        "platform_release": "",
+        "platform_system": "Linux",
+        "platform_version": "",
+        "python_full_version": full,
+        "python_version": ".".join(full.split(".")[:2]),
+        "sys_platform": "linux",
+        "extra": "",
+    }
+
+
+def wheel_metadata(wheel: str | Path):
+    """The parsed ``*.dist-info/METADATA`` of a wheel (an ``email.message.Message``)."""
+    with zipfile.ZipFile(wheel) as zf:
+        names = [n for n in zf.namelist() if n.count("/") == 1 and n.endswith(".dist-info/METADATA")]
+        if not names:
+            raise ValueError(f"{wheel}: no .dist-info/METADATA")
+        text = zf.read(names[0]).decode("utf-8")
+    return email.parser.HeaderParser().parsestr(text)
+
+
+def missing_requirements(folder: str | Path, python_version: str = "3.12") -> list[str]:
+    """Unmet requirements of the wheels in ``folder``, one readable line each.
+
+    Every ``Requires-Dist`` whose marker is true for the target (extras off)
+    must be matched, name and version, by a wheel in the same folder.
+    """
+    env = marker_environment(python_version)
+    metas = [wheel_metadata(w) for w in sorted(Path(folder).glob("*.whl"))]
+    have = {canonicalize_name(m["Name"]): Version(m["Version"]) for m in metas}
+    missing = []
+    for meta in metas:
+        for line in meta.get_all("Requires-Dist") or []:
+            req = Requirement(line)
+            if req.marker is not None and not req.marker.evaluate(env):
+                continue
+            got = have.get(canonicalize_name(req.name))
+            if got is None or not req.specifier.contains(got, prereleases=True):
+                found = f"found {got}" if got else "not in wheelhouse"
+                missing.append(f"{meta['Name']} {meta['Version']} requires {line.split(';')[0].strip()} ({found})")
+    return missing
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--dest", required=True, type=Path, help="wheelhouse folder (keep it out of git)")
+    ap.add_argument("--python-version", default="3.12", help="target CPython version (default 3.12)")
+    ap.add_argument("--requirements", type=Path, default=DEFAULT_REQUIREMENTS, help="pinned list")
+    ap.add_argument("--python", default=sys.executable, help="interpreter whose pip downloads")
+    args = ap.parse_args(argv)
+
+    args.dest.mkdir(parents=True, exist_ok=True)
+    reqs = read_requirements(args.requirements)
+    sdist = [r for r in reqs if canonicalize_name(Requirement(r).name) in SDIST_ONLY]
+    binary = [r for r in reqs if r not in sdist]
+    cmds = [pip_download_command(args.dest, args.python_version, binary, args.python)]
+    if sdist:
+        cmds.append(pip_wheel_command(args.dest, sdist, args.python))
+    for cmd in cmds:
+        print("+", " ".join(cmd), flush=True)
+        if subprocess.run(cmd).returncode:
+            print(f"error: pip {cmd[3]} failed", file=sys.stderr)
+            return 1
+
+    missing = missing_requirements(args.dest, args.python_version)
+    wheels = sorted(p.name for p in args.dest.glob("*.whl"))
+    print(f"{len(wheels)} wheels in {args.dest}")
+    if missing:
+        print("error: wheelhouse is not closed:\n  " + "\n  ".join(missing), file=sys.stderr)
+        return 1
+    print("closure check ok. Install on the target with:\n"
+          f"  python3 -m pip install --no-index --no-deps --target /tmp/site {args.dest}/*.whl"
+          " && export PYTHONPATH=/tmp/site")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

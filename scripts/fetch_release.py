@@ -1,0 +1,41 @@
+"""Snakemake script: download one pinned CUDA-L1 release file.
+
+params: ``url`` (str), ``sha256`` (str or None to skip verification).
+output: the destination file. log: ``log[0]`` receives all messages.
+"""
+
+import logging
+import sys
+from pathlib import Path
+
+
+def _setup(smk):
+    """Send logging and stderr to the rule's log; make ``l1bench`` importable."""
+    log = open(smk.log[0], "w", buffering=1)
+    sys.stderr = log
+    logging.basicConfig(stream=log, level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s", force=True)
+    # Snakemake runs a copy of this file, so __file__ may not be in scripts/.
+    here = Path(getattr(smk, "scriptdir", None) or Path(__file__).parent)
+    sys.path.insert(0, str(here))
+
+
+def main(smk):
+    _setup(smk)
+    from l1bench.fetch import FetchError, download
+
+    url, sha256, dest = smk.params.url, smk.params.get("sha256"), smk.output[0]
+    if sha256 is not None and not isinstance(sha256, str):
+        # e.g. an all-digit hash parsed by YAML as a number: never skip silently
+        logging.error("params.sha256 must be a hex string or None, got %r", sha256)
+        sys.exit(1)
+    logging.info("fetching %s -> %s (sha256 %s)", url, dest, sha256 or "not checked")
+    try:
+        download(url, dest, sha256=sha256 or None)
+    except FetchError as e:
+        logging.error("%s", e)
+        sys.exit(1)
+    logging.info("ok")
+
+
+if "snakemake" in globals():
+    main(snakemake)  # noqa: F821

@@ -1,0 +1,60 @@
+"""Atomic file writes: a reader never sees a half-written output.
+
+Each helper writes to a temporary file in the destination's directory (same
+file system, so :func:`os.replace` is an atomic rename) and renames it over the
+destination only when the write succeeded. On error the temporary file is
+removed and the destination is left untouched.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import tempfile
+from pathlib import Path
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+@contextlib.contextmanager
+def atomic_path(path):
+    """Yield a temporary path next to ``path``; rename it to ``path`` on success.
+
+    The parent directory is created if needed. If the body raises, the temporary
+    file is deleted and the exception propagates; an existing ``path`` is kept.
+    The body may write the temporary path by any means (``savefig``, ``to_csv``).
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp" + path.suffix, dir=path.parent)
+    os.close(fd)
+    tmp = Path(tmp)
+    # mkstemp creates 0600; give the result the permissions a plain open() would.
+    os.chmod(tmp, 0o666 & ~_umask())
+    try:
+        yield tmp
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            tmp.unlink()
+        raise
+
+
+def atomic_write_text(path, text: str) -> Path:
+    """Write ``text`` (UTF-8) to ``path`` atomically; return the path."""
+    with atomic_path(path) as tmp:
+        with open(tmp, "w", encoding="utf-8", newline="\n") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+    return Path(path)
+
+
+def atomic_write_json(path, obj) -> Path:
+    """Write ``obj`` as JSON (indent=1, sorted keys, trailing newline) atomically."""
+    return atomic_write_text(path, json.dumps(obj, indent=1, sort_keys=True) + "\n")
