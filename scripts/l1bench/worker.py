@@ -326,11 +326,13 @@ def do_time(job: dict, meta: dict, snippets: dict) -> dict:
     rng = random.Random(p["seed"])
     on_dev = p["inputs_on_device"]
 
-    def models(seed):
+    def models(seed, with_custom=True):
         set_seed(seed)
         init_inputs = to_device(get_init_inputs(), device)
         with guarded(f"constructing the {mode} baseline", "baseline_error"):
             base = wrap_baseline(build_model(Base, init_inputs, seed, device), mode)
+        if not with_custom:
+            return base, None
         with guarded("constructing ModelNew", "runtime_error"):
             custom = build_model(ModelNew, init_inputs, seed, device)
         return base, custom
@@ -340,7 +342,7 @@ def do_time(job: dict, meta: dict, snippets: dict) -> dict:
         if mode in COMPILE_MODES:
             # Code generation is CPU work: done here, outside the device lock. The
             # compiled code is reused by the rebuilt models of every outer trial.
-            base, _ = models(p["seed"])
+            base, _ = models(p["seed"], with_custom=False)
             with guarded(f"compiling the reference ({mode})", "baseline_error"):
                 base(*make_inputs(get_inputs, device, on_dev))
                 synchronize(device)
