@@ -18,6 +18,10 @@ onstart:
     require_gpu_if_needed()
 
 
+onerror:
+    print_failure_hint()
+
+
 rule all:
     default_target: True
     input:

@@ -13,6 +13,8 @@ rule aggregate_results:
         report=f"{RES}/README.md",
     log:
         f"logs/{DEVICE}/aggregate_results.log",
+    conda:
+        "../envs/environment.yaml"
     params:
         device=DEVICE,
         ceiling=config["detectors"]["speedup_ceiling"],

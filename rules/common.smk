@@ -17,7 +17,14 @@ def _normalise_cli_booleans(cfg):
     """--config key=true arrives as the string "true": make it a boolean before validation."""
     for key in ("aggregate_only",):
         val = cfg.get(key)
-        if isinstance(val, str) and val.lower() in ("true", "false", "1", "0", "yes", "no"):
+        if isinstance(val, str) and val.lower() in (
+            "true",
+            "false",
+            "1",
+            "0",
+            "yes",
+            "no",
+        ):
             cfg[key] = val.lower() in ("true", "1", "yes")
 
 
@@ -28,7 +35,9 @@ DEVICE = config["device"]
 RES = f"{config['results_dir']}/{DEVICE}"
 IS_DEMO = DEVICE == "demo"
 DEMO_RELEASE = "config/demo"
-PROTOCOLS = ["paper", "strict"] if config["protocol"] == "both" else [config["protocol"]]
+PROTOCOLS = (
+    ["paper", "strict"] if config["protocol"] == "both" else [config["protocol"]]
+)
 MODES = [m for m in rel.MODES if m in config["modes"]]
 RELEASE_PATH = f"optimized_cuda_code/{DEVICE}.json"
 BASELINE_PATHS = {
@@ -77,7 +86,9 @@ def task_index():
             return [(t.level, t.task) for t in rel.load_release(path)]
         except rel.ReleaseError as err:
             raise WorkflowError(str(err)) from None
-    return [(lv, tk) for lv, n in rel.KERNELBENCH_LEVELS.items() for tk in range(1, n + 1)]
+    return [
+        (lv, tk) for lv, n in rel.KERNELBENCH_LEVELS.items() for tk in range(1, n + 1)
+    ]
 
 
 def selected_tids():
@@ -86,7 +97,9 @@ def selected_tids():
     except rel.ReleaseError as err:
         raise WorkflowError(str(err)) from None
     if not ids:
-        raise WorkflowError("config: the task selection (levels, tasks) matches no task of the release")
+        raise WorkflowError(
+            "config: the task selection (levels, tasks) matches no task of the release"
+        )
     return [rel.task_id(lv, tk) for lv, tk in ids]
 
 
@@ -172,10 +185,23 @@ def require_gpu_if_needed():
     """Stop before any GPU job when device needs a GPU that this machine lacks."""
     if IS_DEMO or config["aggregate_only"]:
         return
-    missing = [p for p in task_paths("check") + task_paths("time") if not Path(p).exists()]
+    missing = [
+        p for p in task_paths("check") + task_paths("time") if not Path(p).exists()
+    ]
     if missing and not gpu_available():
         raise WorkflowError(
             f"device={DEVICE} needs a CUDA GPU for {len(missing)} missing check/time results, "
             "and none is visible; run the CPU demo instead (snakemake --cores 2 --config device=demo) "
             "or aggregate existing results (--config aggregate_only=true)"
         )
+
+
+def print_failure_hint():
+    """After failed jobs: results of the others are kept; say how to retry and how to tabulate."""
+    print(
+        "\nSome jobs failed (timeout, crash, CUDA fault); every other result is kept.\n"
+        f"  retry only what failed or is missing:  snakemake --config device={DEVICE}\n"
+        f"  tables from the results so far:       snakemake --config device={DEVICE} aggregate_only=true\n"
+        f"  logs of failed jobs:                  logs/{DEVICE}/",
+        file=sys.stderr,
+    )

@@ -11,13 +11,15 @@ rule build_task:
         f"{RES}/build/{{tid}}.json",
     log:
         f"logs/{DEVICE}/build_task/{{tid}}.log",
+    conda:
+        "../envs/environment.yaml"
+    threads: 1
     params:
         kind="build",
         backend="cpu" if IS_DEMO else "cuda",
         protocol_params=evaluation_params("build"),
         ext_dir=lambda w: f"{RES}/build/ext/{w.tid}",
         timeout=timeout("build"),
-    threads: 1
     script:
         "../scripts/run_task.py"
 
@@ -30,14 +32,16 @@ rule check_task:
         f"{RES}/check/{{tid}}.json",
     log:
         f"logs/{DEVICE}/check_task/{{tid}}.log",
+    conda:
+        "../envs/environment.yaml"
+    resources:
+        gpu=1,
     params:
         kind="check",
         backend="cpu" if IS_DEMO else "cuda",
         protocol_params=evaluation_params("check"),
         ext_dir=lambda w: f"{RES}/build/ext/{w.tid}",
         timeout=timeout("check"),
-    resources:
-        gpu=1,
     script:
         "../scripts/run_task.py"
 
@@ -50,6 +54,10 @@ rule time_task:
         f"{RES}/time/{{protocol}}/{{mode}}/{{tid}}.json",
     log:
         f"logs/{DEVICE}/time_task/{{protocol}}/{{mode}}/{{tid}}.log",
+    conda:
+        "../envs/environment.yaml"
+    resources:
+        gpu=1,
     params:
         kind="time",
         backend="cpu" if IS_DEMO else "cuda",
@@ -57,7 +65,5 @@ rule time_task:
         strict=strict_params,
         ext_dir=lambda w: f"{RES}/build/ext/{w.tid}",
         timeout=timeout("time"),
-    resources:
-        gpu=1,
     script:
         "../scripts/run_task.py"

@@ -6,6 +6,12 @@ rule fetch_release_file:
         "resources/cuda-l1/{commit}/{path}",
     log:
         "logs/fetch_release_file/{commit}/{path}.log",
+    wildcard_constraints:
+        commit="[0-9a-f]{40}",
+        path=r"(optimized_cuda_code|more_baselines)/[\w./-]+\.json",
+    retries: 2
+    conda:
+        "../envs/environment.yaml"
     params:
         url=lambda w: fetch.release_url(
             w.path,
@@ -14,10 +20,6 @@ rule fetch_release_file:
             base_url=config["upstream"]["base_url"],
         ),
         sha256=lambda w: expected_sha256(w.path),
-    wildcard_constraints:
-        commit="[0-9a-f]{40}",
-        path=r"(optimized_cuda_code|more_baselines)/[\w./-]+\.json",
-    retries: 2
     script:
         "../scripts/fetch_release.py"
 
@@ -29,9 +31,10 @@ rule split_release:
         meta=expand(f"{RES}/tasks/{{tid}}/meta.json", tid=ALL_TIDS),
     log:
         f"logs/{DEVICE}/split_release.log",
+    conda:
+        "../envs/environment.yaml"
     params:
         device=DEVICE,
-        out_root=f"{RES}/tasks",
         sha256=lambda w: {
             "release": expected_sha256(RELEASE_PATH),
             **{k: expected_sha256(v) for k, v in BASELINE_PATHS.items()},

@@ -31,7 +31,7 @@ def main(smk) -> None:
         "path": smk.params.release_path,
         "sha256": fetch.sha256_file(inputs["release"]),
     }
-    written = split.split_release(tasks, Path(smk.params.out_root), smk.params.device, info)
+    written = split.split_release(tasks, Path(smk.output.meta[0]).parent.parent, smk.params.device, info)
     logging.info("wrote %d task folders", len(written))
 
 

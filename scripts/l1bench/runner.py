@@ -43,6 +43,11 @@ def run_worker(job: dict, timeout: float, log_path, package_root, env: dict | No
     with tempfile.TemporaryDirectory(prefix="l1bench-") as tmp:
         job_path, out_path = Path(tmp) / "job.json", Path(tmp) / "result.json"
         lock_status = Path(tmp) / "lock-status.json"
+        # Snippets may write build folders relative to the working directory: give them
+        # a scratch folder (the task's extension folder), never the repository.
+        scratch = Path(job.get("ext_dir") or tmp).resolve()
+        scratch.mkdir(parents=True, exist_ok=True)
+        job = absolute_paths(job)
         job_path.write_text(json.dumps(job))
         env = dict(env or {}) | {STATUS_ENV: str(lock_status)}
         cmd = [sys.executable, "-m", "l1bench.worker", str(job_path), str(out_path)]
@@ -52,6 +57,7 @@ def run_worker(job: dict, timeout: float, log_path, package_root, env: dict | No
             log.flush()
             proc = subprocess.Popen(
                 cmd,
+                cwd=scratch,
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 env=worker_env(package_root, env),
@@ -73,6 +79,14 @@ def run_worker(job: dict, timeout: float, log_path, package_root, env: dict | No
         if not out_path.exists():
             raise JobFailed(f"{job['tid']}: worker exited 0 without a result")
         return json.loads(out_path.read_text())
+
+
+PATH_KEYS = ("task_dir", "ext_dir", "build_result", "check_result")
+
+
+def absolute_paths(job: dict) -> dict:
+    """The job with its file paths made absolute (the child runs in another directory)."""
+    return job | {k: str(Path(job[k]).resolve()) for k in PATH_KEYS if job.get(k)}
 
 
 def _wait(proc: subprocess.Popen, timeout: float, lock_status: Path, t0: float, poll: float = 0.5) -> int:

@@ -173,6 +173,10 @@ def result(job: dict, status: str, reason: str = "", **extra) -> dict:
     for key in ("mode", "protocol"):
         if job.get(key):
             out[key] = job[key]
+    if job["kind"] == "time":  # every time result has the same keys, scored or not
+        out.update(score=None, score_std=None, n_timings=0)
+    if job["kind"] in ("check", "time"):
+        out["flags"] = []
     out.update(extra)
     return out
 
@@ -187,6 +191,23 @@ def upstream_status(job: dict, key: str, ok: str) -> dict | None:
         return None
     stage = prev.get("kind", key)
     return result(job, prev["status"], f"{stage}: {prev.get('reason', '')}".rstrip(": "))
+
+
+def reference_warmup(Model, get_inputs, get_init_inputs, device: str, p: dict) -> None:
+    """The harness first runs the reference once in the process (its ``warmup_src``).
+
+    Besides warming caches this initialises cuBLAS/cuDNN handles, without which a
+    baseline that captures a CUDA graph on its first call fails the capture.
+    """
+    import torch
+
+    with torch.no_grad():
+        set_seed(p["seed"])
+        init_inputs = to_device(get_init_inputs(), device)
+        model = build_model(Model, init_inputs, p["seed"], device)
+        model(*make_inputs(get_inputs, device, p["inputs_on_device"]))
+        synchronize(device)
+    del model
 
 
 # --------------------------------------------------------------------------- build
@@ -236,6 +257,7 @@ def do_check(job: dict, meta: dict, snippets: dict) -> dict:
     stats: dict = {}
     details: dict = {}
     with gpulock.device_lock(device, job.get("lock_dir"), stats), torch.no_grad():
+        reference_warmup(Model, get_inputs, get_init_inputs, device, p)
         seed = p["seed"]
         set_seed(seed)
         init_inputs = to_device(get_init_inputs(), device)
@@ -316,7 +338,7 @@ def do_time(job: dict, meta: dict, snippets: dict) -> dict:
         return result(job, "baseline_error", err.reason)
     except Exception as err:  # noqa: BLE001
         return result(job, "baseline_error", f"loading {mode} baseline: {short(err)}")
-    _, get_inputs, get_init_inputs = load_reference(snippets["ref"])
+    Ref, get_inputs, get_init_inputs = load_reference(snippets["ref"])
     with guarded("loading custom code", "load_error"):
         ModelNew = load_custom(snippets["custom"])
     custom_src = snippets["custom"]
@@ -340,6 +362,8 @@ def do_time(job: dict, meta: dict, snippets: dict) -> dict:
     t_setup = time.perf_counter()
     with torch.no_grad():
         if mode in COMPILE_MODES:
+            with gpulock.device_lock(device, job.get("lock_dir"), stats):
+                reference_warmup(Ref, get_inputs, get_init_inputs, device, p)
             # Code generation is CPU work: done here, outside the device lock. The
             # compiled code is reused by the rebuilt models of every outer trial.
             base, _ = models(p["seed"], with_custom=False)
@@ -350,6 +374,8 @@ def do_time(job: dict, meta: dict, snippets: dict) -> dict:
     stats["precompile_s"] = round(time.perf_counter() - t_setup, 3)
     clocks_before = provenance.clocks(device)
     with gpulock.device_lock(device, job.get("lock_dir"), stats), torch.no_grad():
+        if mode not in COMPILE_MODES:
+            reference_warmup(Ref, get_inputs, get_init_inputs, device, p)
         if job["protocol"] == "strict":
             from l1bench import strict
 

@@ -1,0 +1,124 @@
+"""End to end on the embedded CPU demo release: statuses, failure isolation, reruns.
+
+Runs the real workflow (snakemake in a subprocess) in a copy of the repository.
+Takes a couple of minutes on two cores.
+"""
+
+import json
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SNAKEMAKE = [sys.executable, "-m", "snakemake"]
+
+#: What each demo task must end up as (see scripts/make_demo_release.py).
+EXPECTED_CHECK = {
+    "L1_T001": "pass",
+    "L1_T002": "pass",
+    "L1_T003": "incorrect",
+    "L1_T004": "runtime_error",
+    "L1_T007": "no_code",
+    "L2_T001": "lazy",
+    "L2_T002": "missing_model_new",
+    "L2_T003": "compile_error",
+    "L2_T004": "no_code",
+}
+FAILING = {"L1_T005", "L1_T006"}  # hangs / kills its process: the job fails, no result
+
+
+def snakemake(workdir, *args, check=None):
+    cmd = SNAKEMAKE + ["--cores", "2", "--retries", "0", "--config", "device=demo", *args]
+    proc = subprocess.run(cmd, cwd=workdir, capture_output=True, text=True, timeout=900)
+    if check is not None:
+        assert proc.returncode == check, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return proc
+
+
+def job_counts(text):
+    """{rule: count} from snakemake's 'Job stats' table."""
+    block = text.split("Job stats:")[-1]
+    return {m[1]: int(m[2]) for m in re.finditer(r"^(\w+)\s+(\d+)$", block, re.M) if m[1] != "total"}
+
+
+@pytest.fixture(scope="module")
+def demo_run(tmp_path_factory):
+    work = tmp_path_factory.mktemp("demo")
+    for name in ("Snakefile", "rules", "scripts", "config", "profiles", "envs"):
+        src = ROOT / name
+        (shutil.copytree if src.is_dir() else shutil.copy)(src, work / name)
+    first = snakemake(work)
+    return work, first
+
+
+def test_first_run_fails_only_the_broken_tasks(demo_run):
+    work, first = demo_run
+    assert first.returncode != 0  # the hanging and the crashing task fail their jobs
+    res = work / "results/demo"
+    for tid, status in EXPECTED_CHECK.items():
+        check = json.loads((res / f"check/{tid}.json").read_text())
+        assert check["status"] == status, (tid, check)
+    for tid in FAILING:
+        assert not (res / f"check/{tid}.json").exists()
+        assert not list(res.glob(f"time/*/*/{tid}.json"))
+    log = (work / "logs/demo/check_task/L1_T005.log").read_text()
+    assert "timed out" in log
+    log = (work / "logs/demo/check_task/L1_T006.log").read_text()
+    assert "SIGKILL" in log
+
+
+def test_time_results(demo_run):
+    work, _ = demo_run
+    res = work / "results/demo/time/paper"
+    fast = json.loads((res / "default/L1_T001.json").read_text())
+    assert fast["status"] == "ok" and fast["score"] > 1
+    assert len(fast["ref_ms"]) == 7 and all(len(r) == 10 for r in fast["ref_ms"])
+    assert fast["n_timings"] == 70
+    assert fast["provenance"]["torch"] and fast["params"]["outer_trials"] == 7
+    slow = json.loads((res / "default/L1_T002.json").read_text())
+    assert slow["status"] == "ok" and slow["score"] < 1
+    for mode in ("cuda_graph", "cudnn"):
+        assert json.loads((res / f"{mode}/L1_T001.json").read_text())["status"] == "unsupported"
+    wrong = json.loads((res / "torch_compile/L1_T003.json").read_text())
+    assert wrong["status"] == "incorrect" and wrong["score"] is None
+    assert json.loads((res / "default/L1_T007.json").read_text())["status"] == "no_code"
+
+
+def test_rerun_plans_only_what_failed(demo_run):
+    work, _ = demo_run
+    dry = snakemake(work, "-n", check=0)
+    counts = job_counts(dry.stdout)
+    assert counts.get("check_task") == len(FAILING)
+    assert counts.get("time_task") == len(FAILING) * 5
+    assert "build_task" not in counts and "split_release" not in counts
+
+
+def test_aggregate_only_renders_partial_results(demo_run):
+    work, _ = demo_run
+    snakemake(work, "aggregate_only=true", check=0)
+    res = work / "results/demo"
+    summary = (res / "summary.md").read_text()
+    assert "| Mean" in summary and "Missing" in summary
+    assert (res / "figures/measured_vs_published.png").stat().st_size > 1000
+    csv = (res / "scores.csv").read_text()
+    assert "L1_T005" in csv and "missing" in csv
+
+
+def test_fresh_clone_with_results_plans_no_evaluation(demo_run, tmp_path):
+    """Results copied into a fresh checkout (new mtimes, no .snakemake) are not re-timed."""
+    work, _ = demo_run
+    clone = tmp_path / "clone"
+    for name in ("Snakefile", "rules", "scripts", "config", "profiles", "envs", "results"):
+        shutil.copytree(work / name, clone / name) if (work / name).is_dir() else shutil.copy(work / name, clone)
+    # make every source and release file newer than every result
+    for p in (clone / "config").rglob("*"):
+        p.touch()
+    dry = snakemake(clone, "-n", check=0)
+    counts = job_counts(dry.stdout)
+    assert counts.get("check_task") == len(FAILING)
+    assert counts.get("time_task") == len(FAILING) * 5
+    assert "build_task" not in counts
