@@ -25,4 +25,4 @@ onerror:
 rule all:
     default_target: True
     input:
-        report_outputs(),
+        all_targets(),

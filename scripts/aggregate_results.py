@@ -54,7 +54,7 @@ def main(smk):
     time = _as_list(smk.input.get("time"))
     log.info("device %s: %d meta, %d check, %d time files", device, len(meta), len(check), len(time))
 
-    df = agg.load_results(meta, check, time)
+    df = agg.add_ceiling_flags(agg.load_results(meta, check, time), smk.params.get("ceiling"))
     if len(df) and "device" in df:
         df["device"] = df["device"].fillna(device)
     log.info("loaded %d rows (%d tasks)", len(df), df["tid"].nunique() if len(df) else 0)

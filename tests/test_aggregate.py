@@ -641,3 +641,14 @@ def test_atomic_path_keeps_suffix_and_renames(tmp_path):
         Path(tmp).write_bytes(b"x")
     assert target.read_bytes() == b"x"
     assert [p.name for p in tmp_path.iterdir()] == ["fig.png"]
+
+
+def test_ceiling_flags():
+    import pandas as pd
+
+    from l1bench.aggregate import add_ceiling_flags
+
+    df = pd.DataFrame({"measured": [2.0, 12.0, None], "flags": ["", "LAZY", None]})
+    out = add_ceiling_flags(df, 10.0)
+    assert list(out["flags"].fillna("")) == ["", "LAZY;SPEEDUP_CEILING", ""]
+    assert add_ceiling_flags(df, None) is df

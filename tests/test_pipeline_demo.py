@@ -112,8 +112,10 @@ def test_fresh_clone_with_results_plans_no_evaluation(demo_run, tmp_path):
     """Results copied into a fresh checkout (new mtimes, no .snakemake) are not re-timed."""
     work, _ = demo_run
     clone = tmp_path / "clone"
+    clone.mkdir()
     for name in ("Snakefile", "rules", "scripts", "config", "profiles", "envs", "results"):
-        shutil.copytree(work / name, clone / name) if (work / name).is_dir() else shutil.copy(work / name, clone)
+        src = work / name
+        (shutil.copytree if src.is_dir() else shutil.copy)(src, clone / name)
     # make every source and release file newer than every result
     for p in (clone / "config").rglob("*"):
         p.touch()

@@ -137,6 +137,19 @@ def _num(val) -> float:
     return f if math.isfinite(f) else math.nan
 
 
+def add_ceiling_flags(df: pd.DataFrame, ceiling: float | None) -> pd.DataFrame:
+    """Flag measured speedups above ``ceiling`` for review (SPEEDUP_CEILING)."""
+    if ceiling is None or df.empty or "measured" not in df:
+        return df
+    df = df.copy()
+    high = pd.to_numeric(df["measured"], errors="coerce") > ceiling
+    flags = df["flags"].fillna("").astype(str)
+    df.loc[high, "flags"] = [
+        ";".join(filter(None, [f, "SPEEDUP_CEILING"])) for f in flags[high]
+    ]
+    return df
+
+
 def _flag_names(*flag_lists) -> str:
     names: list[str] = []
     for flags in flag_lists:

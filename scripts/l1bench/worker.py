@@ -377,8 +377,11 @@ def do_time(job: dict, meta: dict, snippets: dict) -> dict:
         if mode not in COMPILE_MODES:
             reference_warmup(Ref, get_inputs, get_init_inputs, device, p)
         if job["protocol"] == "strict":
-            from l1bench import strict
+            from l1bench import detectors, strict
 
+            # Snapshot before ModelNew is constructed: strict timing restores this state before
+            # every reference call, so flags a custom __init__ sets cannot change the reference.
+            global_state = detectors.snapshot_global_state()
             base, custom = models(p["seed"])
             warm = make_inputs(get_inputs, device, on_dev)
             for _ in range(p["warmup"]):
@@ -386,7 +389,14 @@ def do_time(job: dict, meta: dict, snippets: dict) -> dict:
                 custom(*warm)
             synchronize(device)
             with guarded("strict timing", "runtime_error"):
-                st = strict.time_strict(base, custom, lambda: make_inputs(get_inputs, device, on_dev), torch.device(device), job["strict"])
+                st = strict.time_strict(
+                    base,
+                    custom,
+                    lambda: make_inputs(get_inputs, device, on_dev),
+                    torch.device(device),
+                    job["strict"],
+                    global_state=global_state,
+                )
             clocks_after = provenance.clocks(device)
             return result(
                 job,

@@ -1,0 +1,306 @@
+"""Integrity layer (l1bench.detectors, l1bench.strict) against the adversarial suite, on CPU."""
+
+import contextlib
+import importlib.util
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn as nn
+
+from l1bench import detectors, snippet, strict
+
+ROOT = Path(__file__).resolve().parents[1]
+_spec = importlib.util.spec_from_file_location("adv_cases", ROOT / "tests" / "adversarial" / "cases.py")
+cases = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(cases)
+
+CPU_CASES = [c for c in cases.CASES if not c.needs_cuda]
+
+
+def _run(case, cfg=None):
+    ref_cls, get_inputs, get_init_inputs = snippet.load_reference(case.ref_source, "ref")
+    custom_cls = snippet.load_custom(case.custom_source, "custom")
+    return detectors.run_detectors(ref_cls, custom_cls, get_inputs, get_init_inputs, "cpu", cfg)
+
+
+def _names(result):
+    return detectors.flag_names(result["flags"])
+
+
+# --------------------------------------------------------------------------- adversarial suite
+
+
+def test_case_index_is_consistent():
+    names = [c.name for c in cases.CASES]
+    assert len(names) == len(set(names))
+    assert {c.expected_flag for c in cases.CASES} - {None} <= set(detectors.ALL_FLAGS)
+    assert {"honest_matmul", "honest_elementwise", "honest_conv"} <= set(names)
+    assert all(c.needs_cuda for c in cases.CASES if c.name.startswith(("side_stream", "stale_graph", "l2_")))
+
+
+@pytest.mark.parametrize("case", [c for c in CPU_CASES if c.expected_flag], ids=lambda c: c.name)
+def test_hack_is_caught(case):
+    result = _run(case)
+    assert case.expected_flag in _names(result), result["flags"]
+    assert detectors.DETECTOR_ERROR not in _names(result), result["flags"]
+
+
+@pytest.mark.parametrize("case", [c for c in CPU_CASES if c.expected_flag is None], ids=lambda c: c.name)
+def test_honest_model_gets_no_flag(case):
+    result = _run(case)
+    assert result["flags"] == []
+    assert result["details"]["first_call_matches"] is True
+    assert all(result["details"]["fresh_calls_match"])
+
+
+def test_run_detectors_restores_global_state():
+    before = detectors.snapshot_global_state()
+    result = _run(cases.get_case("global_flags"))
+    assert detectors.GLOBAL_STATE in _names(result)
+    assert detectors.snapshot_global_state() == before
+
+
+# --------------------------------------------------------------------------- single detectors
+
+REF_RELU = """
+import torch
+import torch.nn as nn
+class Model(nn.Module):
+    def forward(self, x):
+        return torch.relu(x)
+def get_inputs():
+    return [torch.randn(32, 16)]
+def get_init_inputs():
+    return []
+"""
+
+
+def _with_custom(custom_src, ref_src=REF_RELU):
+    ref_cls, get_inputs, get_init_inputs = snippet.load_reference(ref_src, "ref")
+    custom_cls = snippet.load_custom(custom_src, "custom")
+    return detectors.run_detectors(ref_cls, custom_cls, get_inputs, get_init_inputs, "cpu", {})
+
+
+def test_persistent_output_buffer_is_same_storage():
+    src = """
+import torch
+import torch.nn as nn
+class ModelNew(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.buf = None
+    def forward(self, x):
+        if self.buf is None:
+            self.buf = torch.empty_like(x)
+        return self.buf.copy_(torch.relu(x))
+"""
+    assert _names(_with_custom(src)) == [detectors.SAME_STORAGE]
+
+
+def test_custom_exceptions_become_detector_error():
+    in_forward = """
+import torch.nn as nn
+class ModelNew(nn.Module):
+    def forward(self, x):
+        raise ValueError("boom")
+"""
+    in_init = """
+import torch.nn as nn
+class ModelNew(nn.Module):
+    def __init__(self):
+        raise RuntimeError("no")
+"""
+    for src in (in_forward, in_init):
+        result = _with_custom(src)
+        assert _names(result) == [detectors.DETECTOR_ERROR]
+
+
+def test_wrong_output_is_mismatch_not_cache():
+    src = """
+import torch.nn as nn
+class ModelNew(nn.Module):
+    def forward(self, x):
+        return x * 3.0
+"""
+    assert _names(_with_custom(src)) == [detectors.OUTPUT_MISMATCH]
+
+
+def test_wrong_only_later_is_mismatch_not_cache():
+    src = """
+import torch
+import torch.nn as nn
+class ModelNew(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.calls = 0
+    def forward(self, x):
+        self.calls += 1
+        return torch.relu(x) if self.calls == 1 else torch.relu(x) + 1.0
+"""
+    assert _names(_with_custom(src)) == [detectors.OUTPUT_MISMATCH]
+
+
+def test_input_independent_reference_is_degenerate():
+    ref = """
+import torch
+import torch.nn as nn
+class Model(nn.Module):
+    def forward(self, x):
+        return torch.arange(8.0) + x.sum() * 0
+def get_inputs():
+    return [torch.randn(4)]
+def get_init_inputs():
+    return []
+"""
+    custom = """
+import torch
+import torch.nn as nn
+class ModelNew(nn.Module):
+    def forward(self, x):
+        return torch.arange(8.0)
+"""
+    assert detectors.DEGENERATE_TASK in _names(_with_custom(custom, ref))
+
+
+def test_precision_check_tolerates_fp32_rounding():
+    ref = torch.randn(300, dtype=torch.float64)
+    r32 = ref.float()
+    noisy = (ref * (1 + 1e-7 * torch.randn(300, dtype=torch.float64))).float()
+    flags, details = detectors.check_precision(noisy, r32, ref)
+    assert flags == [] and details
+    flags, _ = detectors.check_precision(ref.half().float(), r32, ref)
+    assert [f["flag"] for f in flags] == [detectors.PRECISION_DOWNGRADE]
+
+
+def test_ceiling_flag():
+    assert detectors.ceiling_flag(3.0) == []
+    assert detectors.ceiling_flag(12.0)[0]["flag"] == detectors.SPEEDUP_CEILING
+    assert detectors.ceiling_flag(12.0, ceiling=20.0) == []
+    assert detectors.ceiling_flag(None) == [] and detectors.ceiling_flag(float("nan")) == []
+
+
+def test_snapshot_restore_round_trip():
+    snap = detectors.snapshot_global_state()
+    threads = torch.get_num_threads()
+    try:
+        torch.backends.cudnn.benchmark = not torch.backends.cudnn.benchmark
+        torch.set_float32_matmul_precision("medium")
+        torch.backends.cuda.matmul.allow_tf32 = False  # legacy + new API mixed: getters may refuse
+        torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction = False
+        torch.set_num_threads(1 if threads != 1 else 2)
+        torch.set_default_dtype(torch.float64)
+        torch.use_deterministic_algorithms(True, warn_only=True)
+        changed = detectors.snapshot_global_state()
+        assert detectors.diff_global_state(snap, changed)
+        flags = detectors.check_global_state(snap, changed, "test")
+        assert [f["flag"] for f in flags] == [detectors.GLOBAL_STATE]
+    finally:
+        detectors.restore_global_state(snap)
+    assert detectors.snapshot_global_state() == snap
+    assert torch.get_default_dtype() == torch.float32
+    assert torch.get_num_threads() == threads
+    torch.get_float32_matmul_precision()  # readable again
+
+
+# --------------------------------------------------------------------------- strict timing
+
+
+class _Work(nn.Module):
+    """Tiny CPU model: ``reps`` matrix products; records what it was called with."""
+
+    def __init__(self, reps, sleep_s=0.0, clobber_threads=False):
+        super().__init__()
+        self.reps, self.sleep_s, self.clobber = reps, sleep_s, clobber_threads
+        self.seen, self.threads = [], []
+
+    def forward(self, x):
+        self.seen.append((id(x), x.data_ptr()))
+        self.threads.append(torch.get_num_threads())
+        if self.clobber:
+            torch.set_num_threads(1)
+        if self.sleep_s:
+            time.sleep(self.sleep_s)
+        for _ in range(self.reps):
+            x = x @ x.T / 64.0
+        return x
+
+
+def _make_inputs():
+    return [torch.randn(64, 64)]
+
+
+def test_time_strict_cpu_keys_and_ci():
+    ref, custom = _Work(6), _Work(1, clobber_threads=True)
+    entered = []
+
+    @contextlib.contextmanager
+    def section():
+        entered.append(True)
+        yield
+
+    threads = torch.get_num_threads()
+    cfg = {"min_reps": 5, "max_reps": 12, "budget_s": 5.0, "warmup": 2}
+    res = strict.time_strict(ref, custom, _make_inputs, "cpu", cfg, gpu_section=section)
+    for key in ("ref_ms", "custom_ms", "speedup_median", "speedup_mean", "ci95", "n", "rse", "flags"):
+        assert key in res
+    assert "custom_event_ms" not in res
+    assert 5 <= res["n"] <= 12 and len(res["ref_ms"]) == len(res["custom_ms"]) == res["n"]
+    lo, hi = res["ci95"]
+    assert lo <= res["speedup_median"] <= hi
+    assert res["speedup_median"] > 0 and res["flags"] == []
+    assert entered == [True]
+    # every call (warm-up included) saw a distinct tensor at a distinct address
+    calls = ref.seen + custom.seen
+    assert len({i for i, _ in calls}) == len(calls) and len({p for _, p in calls}) == len(calls)
+    # the custom model lowers the thread count; the reference always ran with the original one
+    assert set(ref.threads) == {threads} and torch.get_num_threads() == threads
+
+
+def test_time_strict_respects_budget():
+    cfg = {"min_reps": 10, "max_reps": 200, "budget_s": 0.1, "warmup": 0}
+    res = strict.time_strict(_Work(0, sleep_s=0.02), _Work(0), _make_inputs, "cpu", cfg)
+    assert res["stop_reason"] == "budget" and 1 <= res["n"] < 10
+
+
+def test_time_strict_pool_memory_cap():
+    cfg = {"min_reps": 50, "max_reps": 200, "warmup": 0, "pool_bytes": 64 * 64 * 4 * 8, "pool_chunk": 3}
+    res = strict.time_strict(_Work(0), _Work(0), _make_inputs, "cpu", cfg)
+    assert res["stop_reason"] == "pool_memory" and res["n"] == 4
+
+
+def test_stats_helpers():
+    assert strict.sync_mismatch_flag(10.0, 1.0)[0]["flag"] == detectors.EVENT_SYNC_MISMATCH
+    assert strict.sync_mismatch_flag(0.03, 0.01) == []  # within host-sync slack
+    assert strict.sync_mismatch_flag(1.2, 1.0) == []
+    r, c = [2.0, 2.1, 1.9, 2.2, 2.0], [1.0, 1.1, 0.9, 1.0, 1.05]
+    assert strict.bootstrap_ci(r, c, seed=1) == strict.bootstrap_ci(r, c, seed=1)
+    assert strict.speedup_rse(r, c) > 0
+    assert strict.cache_sensitivity(None, None, None, "cpu")["flags"] == []
+
+
+# --------------------------------------------------------------------------- CLI
+
+
+def test_run_adversarial_cli_cpu(tmp_path):
+    out = tmp_path / "adv.json"
+    cmd = [
+        sys.executable,
+        str(ROOT / "scripts" / "run_adversarial.py"),
+        "--device",
+        "cpu",
+        "--out",
+        str(out),
+        "--cases",
+        "alias_input,honest_matmul,side_stream_python",
+    ]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    data = json.loads(out.read_text())
+    assert data["alias_input"]["caught"] is True and data["alias_input"]["error"] is None
+    assert data["honest_matmul"]["false_positive"] is False and data["honest_matmul"]["flags"] == []
+    assert data["side_stream_python"]["skipped"]
