@@ -151,7 +151,9 @@ def aggregate_inputs():
 def all_targets():
     """Every result of the selection plus the report: a missing result is always planned,
     even when a (committed) report already exists."""
-    results = [] if config["aggregate_only"] else task_paths("check") + task_paths("time")
+    results = (
+        [] if config["aggregate_only"] else task_paths("check") + task_paths("time")
+    )
     return results + report_outputs()
 
 

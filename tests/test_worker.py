@@ -1,0 +1,119 @@
+"""The worker child process on the CPU backend: both protocols, detectors, failure modes."""
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from l1bench import release, split
+from l1bench.runner import JobFailed, run_worker
+
+ROOT = Path(__file__).resolve().parents[1]
+DEMO = ROOT / "config/demo/optimized_cuda_code/demo.json"
+PAPER = {
+    "seed": 42,
+    "correctness_trials": 3,
+    "atol": 0.01,
+    "rtol": 0.01,
+    "warmup": 1,
+    "outer_trials": 2,
+    "inner_trials": 3,
+    "early_stop_below": None,
+    "inputs_on_device": True,
+}
+STRICT = {"rse_target": 0.05, "min_reps": 5, "max_reps": 20, "budget_s": 3, "sync_mismatch": 1.5, "l2_factor": 1.5, "seed": 42}
+DETECTORS = {"n_calls": 2, "precision_factor": 10, "precision_floor": 1e-6, "speedup_ceiling": 10, "seed": 42, "atol": 0.01, "rtol": 0.01}
+
+
+@pytest.fixture(scope="module")
+def tasks(tmp_path_factory):
+    root = tmp_path_factory.mktemp("tasks")
+    split.split_release(release.load_release(DEMO), root, "demo", {"path": "demo", "sha256": "x"})
+    return root
+
+
+def run(tasks, tmp_path, tid, kind, **extra):
+    job = {
+        "kind": kind,
+        "backend": "cpu",
+        "tid": tid,
+        "task_dir": str(tasks / tid),
+        "ext_dir": str(tmp_path / "ext" / tid),
+        "params": dict(PAPER),
+        "lock_dir": str(tmp_path),
+    } | extra
+    return run_worker(job, 60, tmp_path / f"{tid}.log", ROOT / "scripts")
+
+
+def write(tmp_path, name, obj):
+    p = tmp_path / name
+    p.write_text(json.dumps(obj))
+    return str(p)
+
+
+def test_check_with_detectors_passes_honest_task(tasks, tmp_path):
+    build = run(tasks, tmp_path, "L1_T001", "build")
+    assert build["status"] == "ok"
+    res = run(tasks, tmp_path, "L1_T001", "check", build_result=write(tmp_path, "b.json", build), detectors=DETECTORS)
+    assert res["status"] == "pass"
+    assert res["flags"] == []
+    assert res["provenance"]["device"] == "cpu"
+    assert res["snippet_sha256"]["custom"]
+
+
+def test_time_paper_and_strict(tasks, tmp_path):
+    check = write(tmp_path, "c.json", {"kind": "check", "status": "pass", "reason": ""})
+    paper = run(tasks, tmp_path, "L1_T001", "time", check_result=check, mode="default", protocol="paper")
+    assert paper["status"] == "ok" and paper["score"] > 0  # no timing assertions in tests
+    assert [len(r) for r in paper["ref_ms"]] == [3, 3] and paper["n_timings"] == 6
+    strict = run(tasks, tmp_path, "L1_T001", "time", check_result=check, mode="default", protocol="strict", strict=STRICT)
+    assert strict["status"] == "ok" and strict["score"] > 0
+    st = strict["strict"]
+    assert st["ci95"][0] <= st["speedup_median"] <= st["ci95"][1]
+    assert 5 <= st["n"] <= 20
+
+
+def test_negative_check_is_carried_into_time(tasks, tmp_path):
+    check = write(tmp_path, "c.json", {"kind": "check", "status": "incorrect", "reason": "trial 1: values differ"})
+    res = run(tasks, tmp_path, "L1_T003", "time", check_result=check, mode="default", protocol="paper")
+    assert res["status"] == "incorrect" and res["score"] is None
+    assert res["reason"].startswith("check: trial 1")
+
+
+def test_crash_and_timeout_fail_the_job(tasks, tmp_path):
+    build = write(tmp_path, "b.json", {"kind": "build", "status": "ok", "reason": ""})
+    with pytest.raises(JobFailed, match="SIGKILL"):
+        run(tasks, tmp_path, "L1_T006", "check", build_result=build)
+    job = {
+        "kind": "check",
+        "backend": "cpu",
+        "tid": "L1_T005",
+        "task_dir": str(tasks / "L1_T005"),
+        "ext_dir": str(tmp_path / "ext5"),
+        "params": dict(PAPER),
+        "build_result": build,
+        "lock_dir": str(tmp_path),
+    }
+    with pytest.raises(JobFailed, match="timed out"):
+        run_worker(job, 8, tmp_path / "hang.log", ROOT / "scripts")
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="flock semantics")
+def test_lock_wait_is_not_counted(tmp_path):
+    import time
+
+    from l1bench.gpulock import device_lock, waited_seconds
+
+    status = tmp_path / "s.json"
+    stats = {}
+    import os
+
+    os.environ["L1BENCH_LOCK_STATUS"] = str(status)
+    try:
+        with device_lock("cpu", tmp_path, stats):
+            time.sleep(0.05)
+    finally:
+        del os.environ["L1BENCH_LOCK_STATUS"]
+    assert stats["lock_held_s"] >= 0.04
+    assert waited_seconds(status) == pytest.approx(stats["lock_wait_s"], abs=1e-6)
