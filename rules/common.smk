@@ -142,7 +142,8 @@ def aggregate_inputs():
     """Inputs of the aggregate: every result of the selection, or only those on disk."""
     pick = existing if config["aggregate_only"] else list
     return {
-        "meta": pick(task_paths("meta")),
+        # task metadata (published scores) is always needed: split_release is cheap and CPU-only
+        "meta": task_paths("meta"),
         "check": pick(task_paths("check")),
         "time": pick(task_paths("time")),
     }
