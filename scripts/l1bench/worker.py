@@ -19,6 +19,7 @@ waiting on the custom model's own streams when its source mentions
 from __future__ import annotations
 
 import contextlib
+import copy
 import json
 import os
 import random
@@ -194,8 +195,22 @@ def upstream_status(job: dict, key: str, ok: str) -> dict | None:
     return result(job, prev["status"], f"{stage}: {prev.get('reason', '')}".rstrip(": "))
 
 
-def reference_warmup(Model, get_inputs, get_init_inputs, device: str, p: dict) -> None:
-    """The harness first runs the reference once in the process (its ``warmup_src``).
+def construct(cls, init_inputs, seed):
+    """``cls(*init_inputs)`` under ``seed``, left where its ``__init__`` put it (the CPU for
+    plain layers), as the harness builds models before moving them."""
+    import torch
+
+    with torch.no_grad():
+        set_seed(seed)
+        return cls(*init_inputs)
+
+
+def move(model, device: str):
+    return model.to(device) if hasattr(model, "to") else model
+
+
+def run_reference_warmup(model_cpu, get_inputs, device: str, p: dict) -> None:
+    """The harness first runs a fresh reference once in the process (its ``warmup_src``).
 
     Besides warming caches this initialises cuBLAS/cuDNN handles, without which a
     baseline that captures a CUDA graph on its first call fails the capture.
@@ -203,9 +218,7 @@ def reference_warmup(Model, get_inputs, get_init_inputs, device: str, p: dict) -
     import torch
 
     with torch.no_grad():
-        set_seed(p["seed"])
-        init_inputs = to_device(get_init_inputs(), device)
-        model = build_model(Model, init_inputs, p["seed"], device)
+        model = move(model_cpu, device)
         model(*make_inputs(get_inputs, device, p["inputs_on_device"]))
         synchronize(device)
     del model
@@ -257,12 +270,15 @@ def do_check(job: dict, meta: dict, snippets: dict) -> dict:
         ModelNew = load_custom(snippets["custom"])
     stats: dict = {}
     details: dict = {}
+    seed = p["seed"]
+    set_seed(seed)
+    init_inputs = to_device(get_init_inputs(), device)
+    ref_cpu = construct(Model, init_inputs, seed)  # CPU work: outside the lock
+    warm_cpu = copy.deepcopy(ref_cpu)  # the harness warms up with a separate instance
     with gpulock.device_lock(device, job.get("lock_dir"), stats), torch.no_grad():
-        reference_warmup(Model, get_inputs, get_init_inputs, device, p)
-        seed = p["seed"]
-        set_seed(seed)
-        init_inputs = to_device(get_init_inputs(), device)
-        ref = build_model(Model, init_inputs, seed, device)
+        run_reference_warmup(warm_cpu, get_inputs, device, p)
+        del warm_cpu
+        ref = move(ref_cpu, device)
         with guarded("constructing ModelNew", "runtime_error"):
             custom = build_model(ModelNew, init_inputs, seed, device)
         # Laziness (the harness runs it on seed-42 inputs before correctness).
@@ -274,7 +290,10 @@ def do_check(job: dict, meta: dict, snippets: dict) -> dict:
         problems = lazy_problems(flatten_outputs(out), device)
         if problems:
             return result(job, "lazy", "; ".join(problems), **stats)
-        del out
+        # The harness checks correctness on a fresh instance (state from the first call is dropped).
+        del out, custom
+        with guarded("constructing ModelNew", "runtime_error"):
+            custom = build_model(ModelNew, init_inputs, seed, device)
         # Correctness: trial seeds drawn as the harness draws them.
         torch.manual_seed(seed)
         trial_seeds = [int(torch.randint(0, 2**32 - 1, (1,)).item()) for _ in range(p["correctness_trials"])]
@@ -322,6 +341,14 @@ def wrap_baseline(model, mode: str):
 
 
 def do_time(job: dict, meta: dict, snippets: dict) -> dict:
+    """Time the custom model against one baseline mode (paper or strict protocol).
+
+    CPU work stays outside the device lock: interpreter start, loading extensions,
+    constructing the reference/baseline models (weight initialisation of large models takes
+    seconds) and torch.compile code generation. The lock is held per outer trial around
+    moving the models to the device, constructing ModelNew (its __init__ may run GPU code),
+    the warm-up calls and the timed pairs.
+    """
     mode, device, p = job["mode"], job["device"], job["params"]
     prev = upstream_status(job, "check_result", "pass")
     if prev:
@@ -342,53 +369,61 @@ def do_time(job: dict, meta: dict, snippets: dict) -> dict:
     Ref, get_inputs, get_init_inputs = load_reference(snippets["ref"])
     with guarded("loading custom code", "load_error"):
         ModelNew = load_custom(snippets["custom"])
-    custom_src = snippets["custom"]
-    wait_for_streams = "cuda.Stream" in custom_src and device.startswith("cuda")
+    wait_for_streams = "cuda.Stream" in snippets["custom"] and device.startswith("cuda")
     stats: dict = {}
-    timings: dict = {"ref_ms": [], "custom_ms": [], "trial_scores": []}
     rng = random.Random(p["seed"])
     on_dev = p["inputs_on_device"]
 
-    def models(seed, with_custom=True):
+    def baseline_on_cpu(seed):
+        """(baseline constructed under ``seed``, init inputs), before any device work."""
         set_seed(seed)
         init_inputs = to_device(get_init_inputs(), device)
         with guarded(f"constructing the {mode} baseline", "baseline_error"):
-            base = wrap_baseline(build_model(Base, init_inputs, seed, device), mode)
-        if not with_custom:
-            return base, None
+            return construct(Base, init_inputs, seed), init_inputs
+
+    def on_device(base_cpu, init_inputs, seed):
+        """Inside the lock: the baseline moved (and wrapped), ModelNew constructed."""
+        base = wrap_baseline(move(base_cpu, device), mode)
         with guarded("constructing ModelNew", "runtime_error"):
             custom = build_model(ModelNew, init_inputs, seed, device)
         return base, custom
 
+    set_seed(p["seed"])
+    warm_ref = construct(Ref, to_device(get_init_inputs(), device), p["seed"])
     t_setup = time.perf_counter()
     with torch.no_grad():
         if mode in COMPILE_MODES:
             with gpulock.device_lock(device, job.get("lock_dir"), stats):
-                reference_warmup(Ref, get_inputs, get_init_inputs, device, p)
+                run_reference_warmup(warm_ref, get_inputs, device, p)
+            warm_ref = None
             # Code generation is CPU work: done here, outside the device lock. The
             # compiled code is reused by the rebuilt models of every outer trial.
-            base, _ = models(p["seed"], with_custom=False)
+            base_cpu, _ = baseline_on_cpu(p["seed"])
             with guarded(f"compiling the reference ({mode})", "baseline_error"):
+                base = wrap_baseline(move(base_cpu, device), mode)
                 base(*make_inputs(get_inputs, device, on_dev))
                 synchronize(device)
-            del base
+            del base, base_cpu
     stats["precompile_s"] = round(time.perf_counter() - t_setup, 3)
     clocks_before = provenance.clocks(device)
-    with gpulock.device_lock(device, job.get("lock_dir"), stats), torch.no_grad():
-        if mode not in COMPILE_MODES:
-            reference_warmup(Ref, get_inputs, get_init_inputs, device, p)
-        if job["protocol"] == "strict":
-            from l1bench import detectors, strict
 
+    if job["protocol"] == "strict":
+        from l1bench import detectors, strict
+
+        base_cpu, init_inputs = baseline_on_cpu(p["seed"])
+        with gpulock.device_lock(device, job.get("lock_dir"), stats), torch.no_grad():
+            if warm_ref is not None:
+                run_reference_warmup(warm_ref, get_inputs, device, p)
             # Snapshot before ModelNew is constructed: strict timing restores this state before
             # every reference call, so flags a custom __init__ sets cannot change the reference.
             global_state = detectors.snapshot_global_state()
-            base, custom = models(p["seed"])
+            base, custom = on_device(base_cpu, init_inputs, p["seed"])
             warm = make_inputs(get_inputs, device, on_dev)
-            for _ in range(p["warmup"]):
-                base(*warm)
-                custom(*warm)
-            synchronize(device)
+            with guarded("warm-up", "runtime_error"):
+                for _ in range(p["warmup"]):
+                    base(*warm)
+                    custom(*warm)
+                synchronize(device)
             with guarded("strict timing", "runtime_error"):
                 st = strict.time_strict(
                     base,
@@ -398,23 +433,28 @@ def do_time(job: dict, meta: dict, snippets: dict) -> dict:
                     job["strict"],
                     global_state=global_state,
                 )
-            clocks_after = provenance.clocks(device)
-            return result(
-                job,
-                "ok",
-                "",
-                score=st["speedup_median"],
-                score_std=None,
-                strict=st,
-                flags=st.get("flags", []),
-                n_timings=st.get("n", 0),
-                clocks_before=clocks_before,
-                clocks_after=clocks_after,
-                **stats,
-            )
-        for outer in range(p["outer_trials"]):
-            seed = p["seed"] + outer
-            base, custom = models(seed)
+        return result(
+            job,
+            "ok",
+            "",
+            score=st["speedup_median"],
+            strict=st,
+            flags=st.get("flags", []),
+            n_timings=st.get("n", 0),
+            clocks_before=clocks_before,
+            clocks_after=provenance.clocks(device),
+            **stats,
+        )
+
+    timings: dict = {"ref_ms": [], "custom_ms": [], "trial_scores": []}
+    for outer in range(p["outer_trials"]):
+        seed = p["seed"] + outer
+        base_cpu, init_inputs = baseline_on_cpu(seed)
+        with gpulock.device_lock(device, job.get("lock_dir"), stats), torch.no_grad():
+            if warm_ref is not None:
+                run_reference_warmup(warm_ref, get_inputs, device, p)
+                warm_ref = None
+            base, custom = on_device(base_cpu, init_inputs, seed)
             streams = find_model_streams(custom) if wait_for_streams else []
             warm = make_inputs(get_inputs, device, on_dev)
             with guarded("warm-up", "runtime_error"):
@@ -432,23 +472,22 @@ def do_time(job: dict, meta: dict, snippets: dict) -> dict:
                     else:
                         with guarded("timed call", "runtime_error"):
                             cus_ms.append(time_call(custom, inputs, device, streams))
-            trial_score = statistics.fmean(ref_ms) / statistics.fmean(cus_ms)
-            timings["ref_ms"].append([round(v, 5) for v in ref_ms])
-            timings["custom_ms"].append([round(v, 5) for v in cus_ms])
-            timings["trial_scores"].append(trial_score)
-            del base, custom
-            if p.get("early_stop_below") is not None and trial_score < p["early_stop_below"]:
-                break
+            del base, custom, base_cpu, inputs, warm
+        trial_score = statistics.fmean(ref_ms) / statistics.fmean(cus_ms)
+        timings["ref_ms"].append([round(v, 5) for v in ref_ms])
+        timings["custom_ms"].append([round(v, 5) for v in cus_ms])
+        timings["trial_scores"].append(trial_score)
+        if p.get("early_stop_below") is not None and trial_score < p["early_stop_below"]:
+            break
     clocks_after = provenance.clocks(device)
     scores = timings["trial_scores"]
-    mean = statistics.fmean(scores)
-    std = statistics.pstdev(scores) if len(scores) > 1 else 0.0
+    stopped = len(scores) < p["outer_trials"]
     return result(
         job,
         "ok",
-        "" if len(scores) == p["outer_trials"] else f"stopped after {len(scores)} outer trials (score < {p['early_stop_below']})",
-        score=mean,
-        score_std=std,
+        f"stopped after {len(scores)} outer trials (score < {p['early_stop_below']})" if stopped else "",
+        score=statistics.fmean(scores),
+        score_std=statistics.pstdev(scores) if len(scores) > 1 else 0.0,
         n_timings=sum(len(r) for r in timings["ref_ms"]),
         ref_ms_mean=statistics.fmean(v for r in timings["ref_ms"] for v in r),
         custom_ms_mean=statistics.fmean(v for r in timings["custom_ms"] for v in r),
