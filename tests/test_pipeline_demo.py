@@ -124,3 +124,18 @@ def test_fresh_clone_with_results_plans_no_evaluation(demo_run, tmp_path):
     assert counts.get("check_task") == len(FAILING)
     assert counts.get("time_task") == len(FAILING) * 5
     assert "build_task" not in counts
+
+
+def test_gpu_release_without_gpu_stops_before_any_job(tmp_path, release_dir):
+    """device != demo on a CPU-only machine: one line saying a GPU is needed, nothing run."""
+    for name in ("Snakefile", "rules", "scripts", "config", "profiles", "envs"):
+        src = ROOT / name
+        (shutil.copytree if src.is_dir() else shutil.copy)(src, tmp_path / name)
+    cmd = SNAKEMAKE + ["--cores", "1", "--config", "device=h100", f"release_dir={release_dir}", 'tasks=["1/1"]']
+    proc = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0
+    assert "needs a CUDA GPU" in out and "device=demo" in out
+    assert not (tmp_path / "results/h100/tasks").exists()  # stopped before the first job
+    dry = subprocess.run(cmd + ["-n"], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert dry.returncode == 0 and "time_task" in dry.stdout
