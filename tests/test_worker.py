@@ -117,3 +117,32 @@ def test_lock_wait_is_not_counted(tmp_path):
         del os.environ["L1BENCH_LOCK_STATUS"]
     assert stats["lock_held_s"] >= 0.04
     assert waited_seconds(status) == pytest.approx(stats["lock_wait_s"], abs=1e-6)
+
+
+def test_correctness_trials_as_the_harness():
+    import torch
+
+    from l1bench.worker import compare_outputs, correctness_trials
+
+    class Double(torch.nn.Module):
+        def forward(self, x):
+            return x * 2
+
+    class Wrong(torch.nn.Module):
+        def forward(self, x):
+            return x * 2.1
+
+    class Half(torch.nn.Module):
+        def forward(self, x):
+            return (x * 2).half()
+
+    def inputs():
+        return [torch.randn(8, 8)]
+
+    p = dict(PAPER)
+    assert correctness_trials(Double(), Double(), inputs, "cpu", p)[:3] == (True, "", 3)
+    ok, why, passed, worst = correctness_trials(Double(), Wrong(), inputs, "cpu", p)
+    assert not ok and why.startswith("trial 1: values differ") and passed == 0 and worst > 0
+    ok, why, _, _ = correctness_trials(Double(), Half(), inputs, "cpu", p)
+    assert not ok and "dtype" in why  # torch.allclose rejects mixed dtypes in the harness too
+    assert not compare_outputs(torch.zeros(2), torch.zeros(3), 0.01, 0.01)[0]

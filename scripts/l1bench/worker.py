@@ -224,6 +224,37 @@ def run_reference_warmup(model_cpu, get_inputs, device: str, p: dict) -> None:
     del model
 
 
+def correctness_trials(original, custom, get_inputs, device: str, p: dict) -> tuple:
+    """The harness's correctness check: (ok, reason, trials passed, max abs diff).
+
+    Trial seeds are drawn from ``torch.manual_seed(seed)`` as the harness draws them; each
+    trial seeds, draws inputs, runs both models in eval mode and compares shape and
+    ``allclose(atol, rtol)``.
+    """
+    import torch
+
+    torch.manual_seed(p["seed"])
+    seeds = [int(torch.randint(0, 2**32 - 1, (1,)).item()) for _ in range(p["correctness_trials"])]
+    worst = 0.0
+    for i, ts in enumerate(seeds):
+        set_seed(ts)
+        inputs = make_inputs(get_inputs, device, p["inputs_on_device"])
+        set_seed(ts)
+        original.eval()
+        ref_out = original(*inputs)
+        synchronize(device)
+        set_seed(ts)
+        with guarded(f"correctness trial {i + 1}", "runtime_error"):
+            custom.eval()
+            cus_out = custom(*inputs)
+            synchronize(device)
+        ok, why, diff = compare_outputs(ref_out, cus_out, p["atol"], p["rtol"])
+        worst = max(worst, diff) if diff == diff else worst
+        if not ok:
+            return False, f"trial {i + 1}: {why}", i, worst
+    return True, "", len(seeds), worst
+
+
 # --------------------------------------------------------------------------- build
 
 
@@ -294,26 +325,9 @@ def do_check(job: dict, meta: dict, snippets: dict) -> dict:
         del out, custom
         with guarded("constructing ModelNew", "runtime_error"):
             custom = build_model(ModelNew, init_inputs, seed, device)
-        # Correctness: trial seeds drawn as the harness draws them.
-        torch.manual_seed(seed)
-        trial_seeds = [int(torch.randint(0, 2**32 - 1, (1,)).item()) for _ in range(p["correctness_trials"])]
-        worst = 0.0
-        for i, ts in enumerate(trial_seeds):
-            set_seed(ts)
-            inputs = make_inputs(get_inputs, device, p["inputs_on_device"])
-            set_seed(ts)
-            ref.eval()
-            ref_out = ref(*inputs)
-            synchronize(device)
-            set_seed(ts)
-            with guarded(f"correctness trial {i + 1}", "runtime_error"):
-                custom.eval()
-                cus_out = custom(*inputs)
-                synchronize(device)
-            ok, why, diff = compare_outputs(ref_out, cus_out, p["atol"], p["rtol"])
-            worst = max(worst, diff) if diff == diff else worst
-            if not ok:
-                return result(job, "incorrect", f"trial {i + 1}: {why}", trials_passed=i, **stats)
+        ok, why, passed, worst = correctness_trials(ref, custom, get_inputs, device, p)
+        if not ok:
+            return result(job, "incorrect", why, trials_passed=passed, **stats)
         details["max_abs_diff"] = worst
         flags = []
         if job.get("detectors"):
@@ -322,7 +336,7 @@ def do_check(job: dict, meta: dict, snippets: dict) -> dict:
             det = detectors.run_detectors(Model, ModelNew, get_inputs, get_init_inputs, torch.device(device), job["detectors"])
             flags = det.get("flags", [])
             details["detectors"] = det.get("details", {})
-    return result(job, "pass", "", trials_passed=len(trial_seeds), flags=flags, details=details, **stats)
+    return result(job, "pass", "", trials_passed=passed, flags=flags, details=details, **stats)
 
 
 # --------------------------------------------------------------------------- time
@@ -445,6 +459,20 @@ def do_time(job: dict, meta: dict, snippets: dict) -> dict:
             clocks_after=provenance.clocks(device),
             **stats,
         )
+
+    if mode in BASELINE_SNIPPETS:
+        # The harness checks the custom model against this mode's baseline, not the reference.
+        base_cpu, init_inputs = baseline_on_cpu(p["seed"])
+        with gpulock.device_lock(device, job.get("lock_dir"), stats), torch.no_grad():
+            if warm_ref is not None:
+                run_reference_warmup(warm_ref, get_inputs, device, p)
+                warm_ref = None
+            base, custom = on_device(base_cpu, init_inputs, p["seed"])
+            with guarded(f"correctness against the {mode} baseline", "baseline_error"):
+                ok, why, _, _ = correctness_trials(base, custom, get_inputs, device, p)
+            del base, custom, base_cpu
+        if not ok:
+            return result(job, "incorrect", f"against the {mode} baseline: {why}", **stats)
 
     timings: dict = {"ref_ms": [], "custom_ms": [], "trial_scores": []}
     for outer in range(p["outer_trials"]):
