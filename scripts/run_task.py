@@ -15,6 +15,18 @@ def package_root(smk) -> Path:
     return Path(getattr(smk, "scriptdir", None) or Path(__file__).parent)
 
 
+def code_fingerprint(package: Path) -> dict:
+    """sha256 (first 12 hex) of the measuring code, so results say which version made them."""
+    import hashlib
+
+    names = ("worker.py", "snippet.py", "strict.py", "detectors.py", "gpulock.py")
+    return {
+        n: hashlib.sha256((package / n).read_bytes()).hexdigest()[:12]
+        for n in names
+        if (package / n).exists()
+    }
+
+
 def make_job(smk) -> dict:
     p = smk.params
     job = {
@@ -62,6 +74,7 @@ def main(smk) -> None:
         logging.error("FAILED (no result written; the next run retries): %s", err)
         sys.exit(f"{smk.rule}: {err}")
     res["release_fingerprint"] = smk.params.protocol_params["release"]
+    res["workflow_code"] = code_fingerprint(package_root(smk) / "l1bench")
     atomic_write_json(smk.output[0], res)
     logging.info("status %s %s", res["status"], res.get("reason", ""))
 
