@@ -224,6 +224,15 @@ def run_reference_warmup(model_cpu, get_inputs, device: str, p: dict) -> None:
     del model
 
 
+def warm_up(base, custom, inputs, n: int, device: str) -> None:
+    """The harness's warm-up: ``n`` calls of both models on one input set, synchronised."""
+    with guarded("warm-up", "runtime_error"):
+        for _ in range(n):
+            base(*inputs)
+            custom(*inputs)
+            synchronize(device)
+
+
 def correctness_trials(original, custom, get_inputs, device: str, p: dict) -> tuple:
     """The harness's correctness check: (ok, reason, trials passed, max abs diff).
 
@@ -403,13 +412,22 @@ def do_time(job: dict, meta: dict, snippets: dict) -> dict:
         return base, custom
 
     set_seed(p["seed"])
-    warm_ref = construct(Ref, to_device(get_init_inputs(), device), p["seed"])
+    pending = {"warmup": construct(Ref, to_device(get_init_inputs(), device), p["seed"])}
+
+    @contextlib.contextmanager
+    def gpu_section():
+        """The device lock; the first section also runs the harness's reference warm-up."""
+        with gpulock.device_lock(device, job.get("lock_dir"), stats), torch.no_grad():
+            if pending["warmup"] is not None:
+                run_reference_warmup(pending["warmup"], get_inputs, device, p)
+                pending["warmup"] = None
+            yield
+
     t_setup = time.perf_counter()
     with torch.no_grad():
         if mode in COMPILE_MODES:
-            with gpulock.device_lock(device, job.get("lock_dir"), stats):
-                run_reference_warmup(warm_ref, get_inputs, device, p)
-            warm_ref = None
+            with gpu_section():
+                pass  # the harness's reference warm-up, before compiling
             # Code generation is CPU work: done here, outside the device lock. The
             # compiled code is reused by the rebuilt models of every outer trial.
             base_cpu, _ = baseline_on_cpu(p["seed"])
@@ -425,19 +443,12 @@ def do_time(job: dict, meta: dict, snippets: dict) -> dict:
         from l1bench import detectors, strict
 
         base_cpu, init_inputs = baseline_on_cpu(p["seed"])
-        with gpulock.device_lock(device, job.get("lock_dir"), stats), torch.no_grad():
-            if warm_ref is not None:
-                run_reference_warmup(warm_ref, get_inputs, device, p)
+        with gpu_section():
             # Snapshot before ModelNew is constructed: strict timing restores this state before
             # every reference call, so flags a custom __init__ sets cannot change the reference.
             global_state = detectors.snapshot_global_state()
             base, custom = on_device(base_cpu, init_inputs, p["seed"])
-            warm = make_inputs(get_inputs, device, on_dev)
-            with guarded("warm-up", "runtime_error"):
-                for _ in range(p["warmup"]):
-                    base(*warm)
-                    custom(*warm)
-                synchronize(device)
+            warm_up(base, custom, make_inputs(get_inputs, device, on_dev), p["warmup"], device)
             with guarded("strict timing", "runtime_error"):
                 st = strict.time_strict(
                     base,
@@ -463,10 +474,7 @@ def do_time(job: dict, meta: dict, snippets: dict) -> dict:
     if mode in BASELINE_SNIPPETS:
         # The harness checks the custom model against this mode's baseline, not the reference.
         base_cpu, init_inputs = baseline_on_cpu(p["seed"])
-        with gpulock.device_lock(device, job.get("lock_dir"), stats), torch.no_grad():
-            if warm_ref is not None:
-                run_reference_warmup(warm_ref, get_inputs, device, p)
-                warm_ref = None
+        with gpu_section():
             base, custom = on_device(base_cpu, init_inputs, p["seed"])
             with guarded(f"correctness against the {mode} baseline", "baseline_error"):
                 ok, why, _, _ = correctness_trials(base, custom, get_inputs, device, p)
@@ -478,18 +486,10 @@ def do_time(job: dict, meta: dict, snippets: dict) -> dict:
     for outer in range(p["outer_trials"]):
         seed = p["seed"] + outer
         base_cpu, init_inputs = baseline_on_cpu(seed)
-        with gpulock.device_lock(device, job.get("lock_dir"), stats), torch.no_grad():
-            if warm_ref is not None:
-                run_reference_warmup(warm_ref, get_inputs, device, p)
-                warm_ref = None
+        with gpu_section():
             base, custom = on_device(base_cpu, init_inputs, seed)
             streams = find_model_streams(custom) if wait_for_streams else []
-            warm = make_inputs(get_inputs, device, on_dev)
-            with guarded("warm-up", "runtime_error"):
-                for _ in range(p["warmup"]):
-                    base(*warm)
-                    custom(*warm)
-                    synchronize(device)
+            warm_up(base, custom, make_inputs(get_inputs, device, on_dev), p["warmup"], device)
             ref_ms, cus_ms = [], []
             for _ in range(p["inner_trials"]):
                 inputs = make_inputs(get_inputs, device, on_dev)
@@ -500,7 +500,7 @@ def do_time(job: dict, meta: dict, snippets: dict) -> dict:
                     else:
                         with guarded("timed call", "runtime_error"):
                             cus_ms.append(time_call(custom, inputs, device, streams))
-            del base, custom, base_cpu, inputs, warm
+            del base, custom, base_cpu, inputs
         trial_score = statistics.fmean(ref_ms) / statistics.fmean(cus_ms)
         timings["ref_ms"].append([round(v, 5) for v in ref_ms])
         timings["custom_ms"].append([round(v, 5) for v in cus_ms])
