@@ -463,7 +463,7 @@ def test_render_per_task_markdown(tree):
     df = agg.load_results(*tree)
     md = agg.render_per_task_markdown(df)
     tables = _tables(md)
-    assert len(tables) == 2  # paper, strict
+    assert len(tables) == 3  # paper, strict, paper vs strict
     _check_table(tables[0], 8)
     _check_table(tables[1], 4)
     body = tables[0][2:]
@@ -652,3 +652,27 @@ def test_ceiling_flags():
     out = add_ceiling_flags(df, 10.0)
     assert list(out["flags"].fillna("")) == ["", "LAZY;SPEEDUP_CEILING", ""]
     assert add_ceiling_flags(df, None) is df
+
+
+def test_paper_vs_strict_table():
+    import pandas as pd
+
+    from l1bench.aggregate import protocol_comparison_lines
+
+    base = {"published": 2.0, "ci95_lo": None, "ci95_hi": None, "status": "ok", "flags": ""}
+    df = pd.DataFrame(
+        [
+            base | {"tid": "L1_T001", "mode": "default", "protocol": "paper", "measured": 2.0},
+            base | {"tid": "L1_T001", "mode": "default", "protocol": "strict", "measured": 1.9, "ci95_lo": 1.8, "ci95_hi": 2.0},
+            base | {"tid": "L1_T002", "mode": "default", "protocol": "paper", "measured": 9.0},
+            base
+            | {"tid": "L1_T002", "mode": "default", "protocol": "strict", "measured": 1.0, "ci95_lo": 0.9, "ci95_hi": 1.1, "flags": "EVENT_SYNC_MISMATCH"},
+        ]
+    )
+    lines = protocol_comparison_lines(df)
+    table = "\n".join(lines)
+    assert "Paper vs strict protocol (2 rows)" in table
+    body = [ln for ln in lines[4].splitlines() if ln.startswith("| L1_")]
+    assert body[0].startswith("| L1_T002") and "EVENT_SYNC_MISMATCH" in body[0] and "0.11" in body[0]
+    assert "[1.80, 2.00]" in body[1]
+    assert protocol_comparison_lines(df[df["protocol"] == "paper"]) == []

@@ -641,7 +641,52 @@ def render_per_task_markdown(df) -> str:
             for r in sel.itertuples()
         ]
         lines += [f"## Protocol: {proto} ({len(rows)} rows)", "", md_table(rows, headers, align), ""]
+    lines += protocol_comparison_lines(df)
     return "\n".join(lines).rstrip() + "\n"
+
+
+def protocol_comparison_lines(df) -> list[str]:
+    """Paper next to strict, task by task (only when both protocols were run).
+
+    Rows with a flag or a strict/paper ratio outside [0.8, 1.25] come first.
+    """
+    if not {"paper", "strict"} <= set(df["protocol"]):
+        return []
+    key = ["tid", "mode"]
+    paper = df[df["protocol"] == "paper"].set_index(key)
+    strict = df[df["protocol"] == "strict"].set_index(key)
+    both = pd.merge(paper, strict, left_index=True, right_index=True, how="outer", suffixes=("_paper", "_strict"))
+    both["strict_over_paper"] = both["measured_strict"] / both["measured_paper"]
+    flags = both[["flags_paper", "flags_strict"]].fillna("").astype(str)
+    both["all_flags"] = [
+        ";".join(sorted({f for part in row for f in part.split(";") if f})) for row in flags.itertuples(index=False)
+    ]
+    off = (both["strict_over_paper"] - 1).abs().fillna(0) > 0.2
+    both["_order"] = ~((both["all_flags"] != "") | off)
+    both = both.sort_values(["_order", "strict_over_paper"], na_position="last")
+    rows = [
+        [
+            tid,
+            _mode_label(mode),
+            fmt(r.published_paper),
+            fmt(r.measured_paper),
+            fmt(r.measured_strict),
+            f"[{fmt(r.ci95_lo_strict)}, {fmt(r.ci95_hi_strict)}]" if r.ci95_lo_strict == r.ci95_lo_strict else "–",
+            fmt(r.strict_over_paper),
+            md_escape(r.status_strict),
+            md_escape(r.all_flags, 80),
+        ]
+        for (tid, mode), r in both.iterrows()
+    ]
+    headers = ["Task", "Mode", "Published", "Paper", "Strict (median)", "Strict 95% CI", "Strict / paper", "Strict status", "Flags"]
+    return [
+        f"## Paper vs strict protocol ({len(rows)} rows)",
+        "",
+        "Flagged tasks and those whose strict score differs from the paper score by more than 20 % come first.",
+        "",
+        md_table(rows, headers, ["left", "left", "right", "right", "right", "left", "right", "left", "left"]),
+        "",
+    ]
 
 
 # --------------------------------------------------------------------------- figures
