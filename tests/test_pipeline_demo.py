@@ -139,3 +139,18 @@ def test_gpu_release_without_gpu_stops_before_any_job(tmp_path, release_dir):
     assert not (tmp_path / "results/h100/tasks").exists()  # stopped before the first job
     dry = subprocess.run(cmd + ["-n"], cwd=tmp_path, capture_output=True, text=True, timeout=300)
     assert dry.returncode == 0 and "time_task" in dry.stdout
+
+
+def test_bad_release_stops_with_one_line_and_writes_nothing(tmp_path):
+    for name in ("Snakefile", "rules", "scripts", "config", "profiles", "envs"):
+        src = ROOT / name
+        (shutil.copytree if src.is_dir() else shutil.copy)(src, tmp_path / name)
+    rel = tmp_path / "myrelease/optimized_cuda_code"
+    rel.mkdir(parents=True)
+    good = (ROOT / "config/demo/optimized_cuda_code/demo.json").read_text().splitlines()
+    (rel / "h100.json").write_text(good[0] + "\n" + good[1][:200] + "\n")  # truncated line 2
+    cmd = SNAKEMAKE + ["--cores", "1", "-n", "--config", "device=h100", f"release_dir={tmp_path / 'myrelease'}"]
+    proc = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert proc.returncode != 0
+    assert f"{rel / 'h100.json'}:2: invalid JSON" in proc.stdout + proc.stderr
+    assert not (tmp_path / "results").exists()
