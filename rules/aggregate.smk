@@ -1,6 +1,23 @@
 # Stage 5: tables, figures and the report, on the CPU, from whatever results exist.
 
 
+rule scan_references:
+    input:
+        meta=ancient(task_paths("meta")),
+    output:
+        f"{RES}/reference_scan.json",
+    log:
+        f"logs/{DEVICE}/scan_references.log",
+    conda:
+        "../envs/environment.yaml"
+    threads: workflow.cores
+    params:
+        trials=2,
+        timeout=timeout("check"),
+    script:
+        "../scripts/scan_references.py"
+
+
 rule aggregate_results:
     input:
         **aggregate_inputs(),

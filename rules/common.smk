@@ -146,6 +146,8 @@ def aggregate_inputs():
         "meta": task_paths("meta"),
         "check": pick(task_paths("check")),
         "time": pick(task_paths("time")),
+        # CPU scan for degenerate references (constant or zero output)
+        "scan": pick([f"{RES}/reference_scan.json"]),
     }
 
 

@@ -7,6 +7,7 @@ output (named): csv (scores.csv), summary (summary.md), per_task (per_task.md),
 params:         device
 """
 
+import json
 import logging
 import sys
 from pathlib import Path
@@ -55,6 +56,8 @@ def main(smk):
     log.info("device %s: %d meta, %d check, %d time files", device, len(meta), len(check), len(time))
 
     df = agg.add_ceiling_flags(agg.load_results(meta, check, time), smk.params.get("ceiling"))
+    for scan in _as_list(smk.input.get("scan")):
+        df = agg.add_scan_flags(df, json.loads(Path(scan).read_text()))
     if len(df) and "device" in df:
         df["device"] = df["device"].fillna(device)
     log.info("loaded %d rows (%d tasks)", len(df), df["tid"].nunique() if len(df) else 0)

@@ -37,12 +37,16 @@ print(json.dumps(stats))
 
 
 def verdict(stats: list) -> str:
-    """'zero', 'constant' or 'ok' from per-output [min, max, absmax] over all trials."""
+    """'zero', 'constant' or 'ok' from per-output [min, max, absmax], one entry per trial.
+
+    constant: every element of every output has one value, the same for all random inputs
+    (a scalar loss that changes with the inputs is not constant).
+    """
     if not stats:
         return "no_tensor_output"
     if all(s[2] == 0.0 for s in stats):
         return "zero"
-    if all(s[0] == s[1] for s in stats):
+    if all(s[0] == s[1] for s in stats) and len({s[0] for s in stats}) == 1:
         return "constant"
     return "ok"
 
@@ -70,9 +74,7 @@ def main(argv=None) -> int:
     ap.add_argument("--timeout", type=float, default=120)
     ap.add_argument("--jobs", type=int, default=2)
     args = ap.parse_args(argv)
-    refs = sorted(Path(args.tasks_dir).glob("*/ref.py"))
-    with ThreadPoolExecutor(args.jobs) as pool:
-        res = dict(zip((r.parent.name for r in refs), pool.map(lambda r: scan_one(r, args.trials, args.timeout), refs)))
+    res = scan_folder(args.tasks_dir, args.trials, args.timeout, args.jobs)
     Path(args.out).write_text(json.dumps(res, indent=1, sort_keys=True) + "\n")
     for tid, r in res.items():
         if r["verdict"] != "ok":
@@ -80,5 +82,33 @@ def main(argv=None) -> int:
     return 0
 
 
-if __name__ == "__main__":
+def scan_folder(tasks_dir, trials: int = 2, timeout: float = 120, jobs: int = 2, tids=None) -> dict:
+    """{tid: {"verdict": ..., "stats": ...}} for the task folders under ``tasks_dir``."""
+    refs = sorted(Path(tasks_dir).glob("*/ref.py"))
+    if tids is not None:
+        refs = [r for r in refs if r.parent.name in set(tids)]
+    with ThreadPoolExecutor(max(1, jobs)) as pool:
+        found = pool.map(lambda r: scan_one(r, trials, timeout), refs)
+        return dict(zip((r.parent.name for r in refs), found))
+
+
+def smk_main(smk) -> None:
+    """Snakemake rule scan_references: scan the selected tasks, write the JSON atomically."""
+    import logging
+
+    sys.path.insert(0, str(Path(getattr(smk, "scriptdir", None) or Path(__file__).parent)))
+    from l1bench.io import atomic_write_json
+
+    logging.basicConfig(filename=smk.log[0], level=logging.INFO, format="%(asctime)s %(message)s")
+    tids = [Path(m).parent.name for m in smk.input.meta]
+    res = scan_folder(Path(smk.input.meta[0]).parent.parent, smk.params.trials, smk.params.timeout, smk.threads, tids)
+    for tid, r in res.items():
+        if r["verdict"] != "ok":
+            logging.info("%s %s %s", tid, r["verdict"], r.get("reason", ""))
+    atomic_write_json(smk.output[0], res)
+
+
+if "snakemake" in globals():
+    smk_main(snakemake)  # noqa: F821
+elif __name__ == "__main__":
     sys.exit(main())

@@ -676,3 +676,13 @@ def test_paper_vs_strict_table():
     assert body[0].startswith("| L1_T002") and "EVENT_SYNC_MISMATCH" in body[0] and "0.11" in body[0]
     assert "[1.80, 2.00]" in body[1]
     assert protocol_comparison_lines(df[df["protocol"] == "paper"]) == []
+
+
+def test_scan_flags():
+    import pandas as pd
+
+    from l1bench.aggregate import add_scan_flags
+
+    df = pd.DataFrame({"tid": ["L2_T083", "L1_T001"], "flags": ["", "LAZY"]})
+    out = add_scan_flags(df, {"L2_T083": {"verdict": "zero"}, "L1_T001": {"verdict": "ok"}})
+    assert list(out["flags"]) == ["DEGENERATE_TASK", "LAZY"]

@@ -22,7 +22,8 @@ def get_init_inputs():
 
 def test_verdicts():
     assert scan.verdict([[0.0, 0.0, 0.0], [0.0, 0.0, 0.0]]) == "zero"
-    assert scan.verdict([[2.0, 2.0, 2.0]]) == "constant"
+    assert scan.verdict([[2.0, 2.0, 2.0], [2.0, 2.0, 2.0]]) == "constant"
+    assert scan.verdict([[0.7, 0.7, 0.7], [0.9, 0.9, 0.9]]) == "ok"  # a scalar loss that varies
     assert scan.verdict([[0.0, 0.0, 0.0], [-1.0, 1.0, 1.0]]) == "ok"
     assert scan.verdict([]) == "no_tensor_output"
 

@@ -150,6 +150,18 @@ def add_ceiling_flags(df: pd.DataFrame, ceiling: float | None) -> pd.DataFrame:
     return df
 
 
+def add_scan_flags(df: pd.DataFrame, scan: dict) -> pd.DataFrame:
+    """DEGENERATE_TASK on every row of a task whose reference output is constant or zero."""
+    bad = {tid for tid, r in scan.items() if r.get("verdict") in ("zero", "constant")}
+    if df.empty or not bad:
+        return df
+    df = df.copy()
+    hit = df["tid"].isin(bad)
+    flags = df["flags"].fillna("").astype(str)
+    df.loc[hit, "flags"] = [";".join(filter(None, [f, "DEGENERATE_TASK"])) for f in flags[hit]]
+    return df
+
+
 def _flag_names(*flag_lists) -> str:
     names: list[str] = []
     for flags in flag_lists:
