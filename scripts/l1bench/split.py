@@ -67,3 +67,19 @@ def split_release(tasks: list[Task], out_root: Path, device: str, release: dict,
         write_task_folder(t, Path(out_root) / t.tid, device, release)
         written.append(t.tid)
     return written
+
+
+def stale_task_folders(tasks: list[Task], out_root: Path, release_sha256: str) -> list[str]:
+    """Task ids whose folder is missing, incomplete or split from another release."""
+    stale = []
+    for t in tasks:
+        folder = Path(out_root) / t.tid
+        try:
+            meta = json.loads((folder / "meta.json").read_text())
+        except (OSError, ValueError):
+            stale.append(t.tid)
+            continue
+        files_ok = all((folder / info["file"]).exists() for info in meta.get("snippets", {}).values())
+        if not files_ok or meta.get("release", {}).get("sha256") != release_sha256:
+            stale.append(t.tid)
+    return stale
