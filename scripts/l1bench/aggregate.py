@@ -137,17 +137,19 @@ def _num(val) -> float:
     return f if math.isfinite(f) else math.nan
 
 
+def _append_flag(df: pd.DataFrame, rows, name: str) -> pd.DataFrame:
+    """A copy of ``df`` with flag ``name`` appended on the selected rows."""
+    df = df.copy()
+    flags = df["flags"].fillna("").astype(str)
+    df.loc[rows, "flags"] = [";".join(filter(None, [f, name])) for f in flags[rows]]
+    return df
+
+
 def add_ceiling_flags(df: pd.DataFrame, ceiling: float | None) -> pd.DataFrame:
     """Flag measured speedups above ``ceiling`` for review (SPEEDUP_CEILING)."""
     if ceiling is None or df.empty or "measured" not in df:
         return df
-    df = df.copy()
-    high = pd.to_numeric(df["measured"], errors="coerce") > ceiling
-    flags = df["flags"].fillna("").astype(str)
-    df.loc[high, "flags"] = [
-        ";".join(filter(None, [f, "SPEEDUP_CEILING"])) for f in flags[high]
-    ]
-    return df
+    return _append_flag(df, pd.to_numeric(df["measured"], errors="coerce") > ceiling, "SPEEDUP_CEILING")
 
 
 def add_scan_flags(df: pd.DataFrame, scan: dict) -> pd.DataFrame:
@@ -155,11 +157,7 @@ def add_scan_flags(df: pd.DataFrame, scan: dict) -> pd.DataFrame:
     bad = {tid for tid, r in scan.items() if r.get("verdict") in ("zero", "constant")}
     if df.empty or not bad:
         return df
-    df = df.copy()
-    hit = df["tid"].isin(bad)
-    flags = df["flags"].fillna("").astype(str)
-    df.loc[hit, "flags"] = [";".join(filter(None, [f, "DEGENERATE_TASK"])) for f in flags[hit]]
-    return df
+    return _append_flag(df, df["tid"].isin(bad), "DEGENERATE_TASK")
 
 
 def _flag_names(*flag_lists) -> str:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
@@ -10,10 +9,7 @@ import tempfile
 from pathlib import Path
 
 from l1bench.release import SNIPPET_FILES, Task
-
-
-def sha256_text(text: str) -> str:
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+from l1bench.snippet import sha256_text
 
 
 def task_meta(task: Task, device: str, release: dict) -> dict:
