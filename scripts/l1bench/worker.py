@@ -30,6 +30,8 @@ import traceback
 from pathlib import Path
 
 from l1bench import gpulock, provenance
+from l1bench.io import atomic_write_text
+from l1bench.release import BASELINE_SNIPPET
 from l1bench.snippet import (
     InfraError,
     SnippetError,
@@ -48,8 +50,8 @@ from l1bench.snippet import (
 EXIT_INFRA = 3
 
 COMPILE_MODES = {"torch_compile": "default", "torch_compile_reduce_overhead": "reduce-overhead"}
-BASELINE_SNIPPETS = {"cuda_graph": "cuda_graph", "cudnn": "cudnn"}
-GPU_ONLY_MODES = ("cuda_graph", "cudnn")
+#: Modes timed against their own baseline snippet (split names it after the mode); GPU only.
+BASELINE_MODES = tuple(BASELINE_SNIPPET)
 
 
 # --------------------------------------------------------------------------- helpers
@@ -352,7 +354,7 @@ def do_check(job: dict, meta: dict, snippets: dict) -> dict:
 
 
 def baseline_source(mode: str, snippets: dict) -> str | None:
-    return snippets.get(BASELINE_SNIPPETS[mode]) if mode in BASELINE_SNIPPETS else snippets["ref"]
+    return snippets.get(mode) if mode in BASELINE_MODES else snippets["ref"]
 
 
 def wrap_baseline(model, mode: str):
@@ -376,7 +378,7 @@ def do_time(job: dict, meta: dict, snippets: dict) -> dict:
     prev = upstream_status(job, "check_result", "pass")
     if prev:
         return prev
-    if mode in GPU_ONLY_MODES and device == "cpu":
+    if mode in BASELINE_MODES and device == "cpu":
         return result(job, "unsupported", f"{mode} baselines need a CUDA GPU")
     base_src = baseline_source(mode, snippets)
     if base_src is None:
@@ -471,7 +473,7 @@ def do_time(job: dict, meta: dict, snippets: dict) -> dict:
             **stats,
         )
 
-    if mode in BASELINE_SNIPPETS:
+    if mode in BASELINE_MODES:
         # The harness checks the custom model against this mode's baseline, not the reference.
         base_cpu, init_inputs = baseline_on_cpu(p["seed"])
         with gpu_section():
@@ -580,9 +582,7 @@ def main(argv: list[str]) -> int:
     except InfraError as err:
         print(f"l1bench worker: infrastructure failure: {err}", file=sys.stderr)
         return EXIT_INFRA
-    tmp = Path(out_path).with_suffix(".partial")
-    tmp.write_text(json.dumps(res, indent=1, sort_keys=True, default=str) + "\n")
-    os.replace(tmp, out_path)
+    atomic_write_text(out_path, json.dumps(res, indent=1, sort_keys=True, default=str) + "\n")
     return 0
 
 
