@@ -146,3 +146,88 @@ def test_correctness_trials_as_the_harness():
     ok, why, _, _ = correctness_trials(Double(), Half(), inputs, "cpu", p)
     assert not ok and "dtype" in why  # torch.allclose rejects mixed dtypes in the harness too
     assert not compare_outputs(torch.zeros(2), torch.zeros(3), 0.01, 0.01)[0]
+
+
+def _fake_cuda(monkeypatch, worker):
+    """A CUDA 'device' on the CPU: moves are no-ops, CUDA initialisation is a flag."""
+    state = {"init": False}
+    monkeypatch.setattr(worker, "cuda_initialized", lambda: state["init"])
+    monkeypatch.setattr(worker, "move", lambda model, device: model)
+    return state
+
+
+def test_custom_builder_constructs_cpu_only_models_outside_the_lock(monkeypatch):
+    import torch
+
+    from l1bench import worker
+
+    state = _fake_cuda(monkeypatch, worker)
+    made = []
+
+    class CpuOnly(torch.nn.Module):
+        def __init__(self, n):
+            super().__init__()
+            made.append(n)
+            self.lin = torch.nn.Linear(n, n)
+
+    b = worker.CustomBuilder(CpuOnly, [4], "cuda:0")
+    b.probe(42)
+    assert b.cpu_safe and "outside the lock" in b.probe_note
+    prepared = b.prepare(43, [4])
+    assert isinstance(prepared, CpuOnly)
+    # finish only moves the prepared instance: no construction inside the lock
+    n_before = len(made)
+    assert b.finish(prepared, 43, [4]) is prepared and len(made) == n_before
+    # same weights as constructing under the seed, as the harness does
+    torch.manual_seed(43)
+    assert torch.equal(CpuOnly(4).lin.weight, prepared.lin.weight)
+    assert not state["init"]
+
+
+def test_custom_builder_keeps_gpu_init_inside_the_lock(monkeypatch):
+    import torch
+
+    from l1bench import worker
+
+    state = _fake_cuda(monkeypatch, worker)
+
+    class TouchesCuda(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            state["init"] = True  # as torch.cuda.Stream() or .cuda() in __init__ would
+            torch.backends.cudnn.benchmark = not torch.backends.cudnn.benchmark
+
+    flag = torch.backends.cudnn.benchmark
+    b = worker.CustomBuilder(TouchesCuda, [], "cuda:0")
+    b.probe(42)
+    assert not b.cpu_safe and "initialises CUDA" in b.probe_note
+    assert torch.backends.cudnn.benchmark == flag  # the probe's global side effects are undone
+    assert b.prepare(42) is None
+    assert isinstance(b.finish(None, 42), TouchesCuda)  # built inside the lock
+    torch.backends.cudnn.benchmark = flag
+
+    # CUDA already initialised before the probe: no evidence, so stay inside the lock
+    class Plain(torch.nn.Module):
+        pass
+
+    b = worker.CustomBuilder(Plain, [], "cuda:0")
+    b.probe(42)
+    assert not b.cpu_safe and "before the probe" in b.probe_note
+
+    # a constructor that raises on the CPU is decided inside the lock, not by the probe
+    state["init"] = False
+
+    class Raises(torch.nn.Module):
+        def __init__(self):
+            raise RuntimeError("needs a GPU")
+
+    b = worker.CustomBuilder(Raises, [], "cuda:0")
+    b.probe(42)
+    assert not b.cpu_safe and "raised" in b.probe_note
+    with pytest.raises(Exception, match="needs a GPU"):
+        b.finish(None, 42)
+
+    # the CPU backend never probes
+    b = worker.CustomBuilder(Plain, [], "cpu")
+    b.probe(42)
+    assert not b.cpu_safe and b.prepare(42) is None

@@ -211,6 +211,74 @@ def move(model, device: str):
     return model.to(device) if hasattr(model, "to") else model
 
 
+def cuda_initialized() -> bool:
+    import torch
+
+    return bool(torch.cuda.is_initialized())
+
+
+class CustomBuilder:
+    """Builds ``ModelNew`` for a seed, keeping CPU work out of the device lock when it is safe.
+
+    A custom ``__init__`` can be expensive CPU work (weight initialisation of a VGG, an
+    inline extension build that fails and is retried by every instance), or it can run GPU
+    code (streams, CUDA graphs, ``.cuda()`` tensors). :meth:`probe` constructs one instance
+    on the CPU *before this process has touched CUDA*: if CUDA is still uninitialised
+    afterwards, ``__init__`` is CPU-only and every later instance is constructed outside
+    the lock (:meth:`prepare`) and only moved inside it (:meth:`finish`), which is exactly
+    ``ModelNew(*init_inputs).to(device)`` as the harness does. Otherwise (or on the CPU
+    backend, or if the probe raises) instances are built inside the lock as before.
+    """
+
+    def __init__(self, cls, init_inputs, device: str):
+        self.cls, self.init_inputs, self.device = cls, init_inputs, device
+        self.cpu_safe = False
+        self.probe_note = "not probed"
+
+    def probe(self, seed: int) -> None:
+        if not self.device.startswith("cuda"):
+            self.probe_note = "cpu backend"
+            return
+        if cuda_initialized():
+            self.probe_note = "CUDA initialised before the probe: constructed inside the lock"
+            return
+        from l1bench import detectors
+
+        state = detectors.snapshot_global_state()
+        try:
+            construct(self.cls, self.init_inputs, seed)
+        except Exception as err:  # noqa: BLE001 - not a verdict: decided inside the lock
+            self.probe_note = f"CPU construction raised ({short(err, 80)}): constructed inside the lock"
+            return
+        finally:
+            # The probe is ours, not the protocol's: flags its __init__ sets (cudnn.benchmark,
+            # TF32) must not reach the reference's warm-up or torch.compile before the
+            # protocol constructs ModelNew itself.
+            detectors.restore_global_state(state)
+        if cuda_initialized():
+            self.probe_note = "__init__ initialises CUDA: constructed inside the lock"
+            return
+        self.cpu_safe = True
+        self.probe_note = "__init__ is CPU-only: constructed outside the lock"
+
+    def prepare(self, seed: int, init_inputs=None):
+        """Outside the lock: the CPU-constructed instance, or None when it must be built inside."""
+        if not self.cpu_safe:
+            return None
+        with guarded("constructing ModelNew", "runtime_error"):
+            return construct(self.cls, self.init_inputs if init_inputs is None else init_inputs, seed)
+
+    def finish(self, prepared, seed: int, init_inputs=None):
+        """Inside the lock: the instance on the device (moved, or constructed and moved)."""
+        import torch
+
+        with guarded("constructing ModelNew", "runtime_error"), torch.no_grad():
+            if prepared is not None:
+                return move(prepared, self.device)
+            args = self.init_inputs if init_inputs is None else init_inputs
+            return build_model(self.cls, args, seed, self.device)
+
+
 def run_reference_warmup(model_cpu, get_inputs, device: str, p: dict) -> None:
     """The harness first runs a fresh reference once in the process (its ``warmup_src``).
 
@@ -315,14 +383,18 @@ def do_check(job: dict, meta: dict, snippets: dict) -> dict:
     seed = p["seed"]
     set_seed(seed)
     init_inputs = to_device(get_init_inputs(), device)
+    builder = CustomBuilder(ModelNew, init_inputs, device)
+    builder.probe(seed)  # first: before this process touches CUDA
+    details["construct"] = builder.probe_note
     ref_cpu = construct(Model, init_inputs, seed)  # CPU work: outside the lock
     warm_cpu = copy.deepcopy(ref_cpu)  # the harness warms up with a separate instance
+    first, second = builder.prepare(seed), builder.prepare(seed)
     with gpulock.device_lock(device, job.get("lock_dir"), stats), torch.no_grad():
         run_reference_warmup(warm_cpu, get_inputs, device, p)
         del warm_cpu
         ref = move(ref_cpu, device)
-        with guarded("constructing ModelNew", "runtime_error"):
-            custom = build_model(ModelNew, init_inputs, seed, device)
+        custom = builder.finish(first, seed)
+        del first
         # Laziness (the harness runs it on seed-42 inputs before correctness).
         set_seed(seed)
         inputs = make_inputs(get_inputs, device, p["inputs_on_device"])
@@ -334,8 +406,8 @@ def do_check(job: dict, meta: dict, snippets: dict) -> dict:
             return result(job, "lazy", "; ".join(problems), **stats)
         # The harness checks correctness on a fresh instance (state from the first call is dropped).
         del out, custom
-        with guarded("constructing ModelNew", "runtime_error"):
-            custom = build_model(ModelNew, init_inputs, seed, device)
+        custom = builder.finish(second, seed)
+        del second
         ok, why, passed, worst = correctness_trials(ref, custom, get_inputs, device, p)
         if not ok:
             return result(job, "incorrect", why, trials_passed=passed, **stats)
@@ -406,13 +478,15 @@ def do_time(job: dict, meta: dict, snippets: dict) -> dict:
         with guarded(f"constructing the {mode} baseline", "baseline_error"):
             return construct(Base, init_inputs, seed), init_inputs
 
-    def on_device(base_cpu, init_inputs, seed):
-        """Inside the lock: the baseline moved (and wrapped), ModelNew constructed."""
+    def on_device(base_cpu, custom_cpu, seed, init_inputs):
+        """Inside the lock: the baseline moved (and wrapped), ModelNew moved or constructed."""
         base = wrap_baseline(move(base_cpu, device), mode)
-        with guarded("constructing ModelNew", "runtime_error"):
-            custom = build_model(ModelNew, init_inputs, seed, device)
-        return base, custom
+        return base, builder.finish(custom_cpu, seed, init_inputs)
 
+    set_seed(p["seed"])
+    builder = CustomBuilder(ModelNew, to_device(get_init_inputs(), device), device)
+    builder.probe(p["seed"])  # first: before this process touches CUDA
+    stats["construct"] = builder.probe_note
     set_seed(p["seed"])
     pending = {"warmup": construct(Ref, to_device(get_init_inputs(), device), p["seed"])}
 
@@ -444,12 +518,13 @@ def do_time(job: dict, meta: dict, snippets: dict) -> dict:
     if job["protocol"] == "strict":
         from l1bench import detectors, strict
 
+        # Snapshot before ModelNew is constructed: strict timing restores this state before
+        # every reference call, so flags a custom __init__ sets cannot change the reference.
+        global_state = detectors.snapshot_global_state()
         base_cpu, init_inputs = baseline_on_cpu(p["seed"])
+        custom_cpu = builder.prepare(p["seed"], init_inputs)
         with gpu_section():
-            # Snapshot before ModelNew is constructed: strict timing restores this state before
-            # every reference call, so flags a custom __init__ sets cannot change the reference.
-            global_state = detectors.snapshot_global_state()
-            base, custom = on_device(base_cpu, init_inputs, p["seed"])
+            base, custom = on_device(base_cpu, custom_cpu, p["seed"], init_inputs)
             warm_up(base, custom, make_inputs(get_inputs, device, on_dev), p["warmup"], device)
             with guarded("strict timing", "runtime_error"):
                 st = strict.time_strict(
@@ -476,11 +551,12 @@ def do_time(job: dict, meta: dict, snippets: dict) -> dict:
     if mode in BASELINE_MODES:
         # The harness checks the custom model against this mode's baseline, not the reference.
         base_cpu, init_inputs = baseline_on_cpu(p["seed"])
+        custom_cpu = builder.prepare(p["seed"], init_inputs)
         with gpu_section():
-            base, custom = on_device(base_cpu, init_inputs, p["seed"])
+            base, custom = on_device(base_cpu, custom_cpu, p["seed"], init_inputs)
             with guarded(f"correctness against the {mode} baseline", "baseline_error"):
                 ok, why, _, _ = correctness_trials(base, custom, get_inputs, device, p)
-            del base, custom, base_cpu
+            del base, custom, base_cpu, custom_cpu
         if not ok:
             return result(job, "incorrect", f"against the {mode} baseline: {why}", **stats)
 
@@ -488,8 +564,9 @@ def do_time(job: dict, meta: dict, snippets: dict) -> dict:
     for outer in range(p["outer_trials"]):
         seed = p["seed"] + outer
         base_cpu, init_inputs = baseline_on_cpu(seed)
+        custom_cpu = builder.prepare(seed, init_inputs)
         with gpu_section():
-            base, custom = on_device(base_cpu, init_inputs, seed)
+            base, custom = on_device(base_cpu, custom_cpu, seed, init_inputs)
             streams = find_model_streams(custom) if wait_for_streams else []
             warm_up(base, custom, make_inputs(get_inputs, device, on_dev), p["warmup"], device)
             ref_ms, cus_ms = [], []
@@ -502,7 +579,7 @@ def do_time(job: dict, meta: dict, snippets: dict) -> dict:
                     else:
                         with guarded("timed call", "runtime_error"):
                             cus_ms.append(time_call(custom, inputs, device, streams))
-            del base, custom, base_cpu, inputs
+            del base, custom, base_cpu, custom_cpu, inputs
         trial_score = statistics.fmean(ref_ms) / statistics.fmean(cus_ms)
         timings["ref_ms"].append([round(v, 5) for v in ref_ms])
         timings["custom_ms"].append([round(v, 5) for v in cus_ms])
@@ -544,7 +621,8 @@ def pick_device(job: dict) -> str:
     n = torch.cuda.device_count()
     key = sum(map(ord, f"{job['tid']}/{job.get('mode', '')}"))
     index = key % n
-    torch.cuda.set_device(index)
+    if n > 1:  # set_device initialises CUDA; with one GPU there is nothing to choose
+        torch.cuda.set_device(index)
     return f"cuda:{index}"
 
 
