@@ -11,9 +11,12 @@ rule build_task:
         f"{RES}/build/{{tid}}.json",
     log:
         f"logs/{DEVICE}/build_task/{{tid}}.log",
+    priority: 30
     conda:
         "../envs/environment.yaml"
     threads: 1
+    resources:
+        builds=1,
     params:
         kind="build",
         backend="cpu" if IS_DEMO else "cuda",
@@ -32,6 +35,7 @@ rule check_task:
         f"{RES}/check/{{tid}}.json",
     log:
         f"logs/{DEVICE}/check_task/{{tid}}.log",
+    priority: 20
     conda:
         "../envs/environment.yaml"
     resources:
@@ -42,6 +46,7 @@ rule check_task:
         protocol_params=evaluation_params("check"),
         ext_dir=lambda w: f"{RES}/build/ext/{w.tid}",
         timeout=timeout("check"),
+        section_timeout=timeout("gpu_section"),
     script:
         "../scripts/run_task.py"
 
@@ -54,6 +59,7 @@ rule time_task:
         f"{RES}/time/{{protocol}}/{{mode}}/{{tid}}.json",
     log:
         f"logs/{DEVICE}/time_task/{{protocol}}/{{mode}}/{{tid}}.log",
+    priority: time_priority
     conda:
         "../envs/environment.yaml"
     resources:
@@ -65,5 +71,6 @@ rule time_task:
         strict=strict_params,
         ext_dir=lambda w: f"{RES}/build/ext/{w.tid}",
         timeout=timeout("time"),
+        section_timeout=timeout("gpu_section"),
     script:
         "../scripts/run_task.py"

@@ -1,23 +1,60 @@
 #!/usr/bin/env bash
 # One bounded call on a GPU node that starts bare (e.g. a lent cloud GPU): install the carried
 # wheelhouse (.whl, from scripts/build_wheelhouse.py), run the workflow for at most BUDGET_S
-# seconds, then pack results and logs into OUT_DIR for the trip back. Whatever finished is kept:
-# unpack results.tgz over the repository and run the same command again to continue.
+# seconds, then pack results and logs into OUT_DIR/results.tgz for the trip back. Whatever
+# finished is kept: unpack results.tgz over the repository and run the same command again to
+# continue. On a node that stays up between calls, results and built extensions also stay in
+# place (.devstate/), so the same command simply continues.
 #   usage: scripts/device_run.sh BUDGET_S OUT_DIR [snakemake arguments...]
-#   e.g.   scripts/device_run.sh 500 "$OUT" --configfile config/slices/h100_slice41.yaml \
-#              --config device=h100 release_dir=.release
+#   e.g.   scripts/device_run.sh 540 "$OUT" --config device=h100 release_dir=.release
+# While it runs, GPU utilisation/clocks and CPU load are sampled once a second into
+# logs/samples/, so a run's idle GPU time and CPU saturation can be read afterwards
+# (scripts/l1bench/stagetimes.py results/<device> --samples logs/samples).
 set -uo pipefail
 budget=${1:?usage: scripts/device_run.sh BUDGET_S OUT_DIR [snakemake args...]}
 out=${2:?usage: scripts/device_run.sh BUDGET_S OUT_DIR [snakemake args...]}
 shift 2
-mkdir -p "$out"
+mkdir -p "$out" logs/samples .devstate
 export TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST:-9.0} PYTHONUNBUFFERED=1
-nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,memory.used --format=csv,noheader
+# Results made by an earlier call on this node (newer than the checkout's copies win).
+[ -f .devstate/results.tgz ] && tar xzf .devstate/results.tgz --keep-newer-files 2>/dev/null
+stamp=$(date +%Y%m%dT%H%M%S)
+nvidia-smi --query-gpu=timestamp,utilization.gpu,memory.used,clocks.sm,clocks.mem,power.draw \
+    --format=csv,noheader,nounits -l 1 >"logs/samples/gpu-$stamp.csv" 2>/dev/null &
+gpu_sampler=$!
+(while sleep 1; do echo "$(date +%s) $(head -1 /proc/stat)"; done) >"logs/samples/cpu-$stamp.txt" &
+cpu_sampler=$!
+site=${L1_SITE:-/tmp/l1bench-site}
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+    --target "$site" .whl/*.whl || exit 1
+export PYTHONPATH="$site${PYTHONPATH:+:$PYTHONPATH}"
+python3 -m snakemake --unlock "$@" >/dev/null 2>&1
 start=$(date +%s)
+log="logs/snakemake-$stamp.log"
 # SIGINT lets snakemake stop its jobs and remove their incomplete outputs cleanly.
-timeout -s INT "$budget" bash scripts/offline_run.sh .whl --cores "$(nproc)" \
-    --resources gpu="${GPU_JOBS:-12}" "$@" >"$out/snakemake.log" 2>&1
+timeout -s INT -k 30 "$budget" python3 -m snakemake --cores "$(nproc)" \
+    --resources gpu="${GPU_JOBS:-$(nproc)}" builds="${BUILD_JOBS:-6}" "$@" >"$log" 2>&1 &
+run=$!
+# Watchdog: a run whose first WATCH_S seconds bring failures and no passing check is broken
+# (bad environment, broken worker); stop it instead of spending the budget.
+watch=${WATCH_S:-150}
+while kill -0 "$run" 2>/dev/null; do
+    sleep 5
+    if [ $(($(date +%s) - start)) -ge "$watch" ]; then
+        failed=$(grep -c "^Error in rule" "$log")
+        passed=$(grep -ls '"status": "pass"' results/*/check/*.json 2>/dev/null | wc -l)
+        if [ "$passed" -eq 0 ] && [ "$failed" -ge 3 ]; then
+            echo "watchdog: $failed failed jobs and no passing check after $watch s: stopping"
+            pkill -INT -f "snakemake --cores" ; sleep 20
+        fi
+        watch=999999
+    fi
+done
+wait "$run"
 echo "snakemake exit $? after $(($(date +%s) - start)) s (124 = budget reached)"
-tar czf "$out/results.tgz" --exclude='*/build/ext' --exclude='*/tasks' results \
-    $(ls -d logs .snakemake/log 2>/dev/null)
-python3 scripts/l1bench/stagetimes.py results || true
+kill "$gpu_sampler" "$cpu_sampler" 2>/dev/null
+tar czf .devstate/results.tgz --exclude='*/build/ext' --exclude='*/tasks' results logs
+cp .devstate/results.tgz "$out/results.tgz"
+tail -5 "logs/snakemake-$stamp.log"
+python3 scripts/l1bench/stagetimes.py results/h100 --samples logs/samples || true

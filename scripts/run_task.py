@@ -7,6 +7,7 @@ and leaves no output.
 """
 
 import logging
+import os
 import sys
 from pathlib import Path
 
@@ -51,13 +52,36 @@ def make_job(smk) -> dict:
 
 
 def worker_env(smk) -> dict:
-    env = {"TORCHINDUCTOR_COMPILE_THREADS": 1}
+    # Many workers run at once: each keeps to a couple of CPU threads (model construction,
+    # inductor) instead of one per core, so they do not thrash each other.
+    env = {"TORCHINDUCTOR_COMPILE_THREADS": 1, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", 2)}
     if smk.params.kind == "build":
         build = smk.params.protocol_params["build"]
         env["MAX_JOBS"] = build["max_jobs"]
         if build["cuda_arch_list"]:
             env["TORCH_CUDA_ARCH_LIST"] = build["cuda_arch_list"]
     return env
+
+
+def no_code_result(job: dict) -> dict | None:
+    """The ``no_code`` result of a task whose release entry has no custom code, else None.
+
+    Decided from the task's ``meta.json`` alone (no snippet runs), with the same fields as a
+    worker's ``no_code`` result.
+    """
+    import json
+
+    from l1bench.provenance import now_iso
+    from l1bench.worker import NO_CODE_REASON, result
+
+    meta = json.loads((Path(job["task_dir"]) / "meta.json").read_text())
+    if "custom" in meta.get("snippets", {}):
+        return None
+    res = result(job, "no_code", NO_CODE_REASON)
+    res["snippet_sha256"] = {k: v["sha256"] for k, v in meta["snippets"].items()}
+    res["params"] = job.get("params", {})
+    res["provenance"] = {"started": now_iso(), "finished": now_iso(), "wall_s": 0.0, "worker": False}
+    return res
 
 
 def main(smk) -> None:
@@ -68,11 +92,20 @@ def main(smk) -> None:
     logging.basicConfig(filename=smk.log[0], level=logging.INFO, format="%(asctime)s %(message)s")
     job = make_job(smk)
     logging.info("job %s", job)
-    try:
-        res = run_worker(job, smk.params.timeout, smk.log[0], package_root(smk), worker_env(smk))
-    except JobFailed as err:
-        logging.error("FAILED (no result written; the next run retries): %s", err)
-        sys.exit(f"{smk.rule}: {err}")
+    res = no_code_result(job)  # nothing to run: no worker (no interpreter, no CUDA context)
+    if res is None:
+        try:
+            res = run_worker(
+                job,
+                smk.params.timeout,
+                smk.log[0],
+                package_root(smk),
+                worker_env(smk),
+                section_timeout=getattr(smk.params, "section_timeout", None),
+            )
+        except JobFailed as err:
+            logging.error("FAILED (no result written; the next run retries): %s", err)
+            sys.exit(f"{smk.rule}: {err}")
     res["release_fingerprint"] = smk.params.protocol_params["release"]
     res["workflow_code"] = code_fingerprint(package_root(smk) / "l1bench")
     atomic_write_json(smk.output[0], res)

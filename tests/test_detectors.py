@@ -304,3 +304,24 @@ def test_run_adversarial_cli_cpu(tmp_path):
     assert data["alias_input"]["caught"] is True and data["alias_input"]["error"] is None
     assert data["honest_matmul"]["false_positive"] is False and data["honest_matmul"]["flags"] == []
     assert data["side_stream_python"]["skipped"]
+
+
+def test_device_fingerprint_sees_every_byte():
+    import torch
+
+    from l1bench.detectors import device_fingerprint
+
+    x = torch.randn(1001)  # 4004 bytes; also odd byte counts via uint8 views below
+    same = x.clone()
+    assert device_fingerprint(x) == device_fingerprint(same)
+    for i in (0, 500, 1000):
+        y = x.clone()
+        y[i] += 1
+        assert device_fingerprint(y) != device_fingerprint(x)
+    swapped = x.clone()
+    swapped[[3, 4]] = swapped[[4, 3]]
+    assert device_fingerprint(swapped) != device_fingerprint(x)  # positions count, not just values
+    b = torch.arange(7, dtype=torch.uint8)
+    c = b.clone()
+    c[6] = 0
+    assert device_fingerprint(b) != device_fingerprint(c)  # padding does not hide the last byte

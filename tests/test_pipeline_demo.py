@@ -184,3 +184,18 @@ def test_committed_gpu_results_are_not_replanned(tmp_path, release_dir):
     assert counts.get("check_task", 0) == 41 - n_check
     assert counts.get("time_task", 0) == 41 * 5 - n_time
     assert "build_task" not in counts and "split_release" not in counts
+
+
+def test_strict_modes_limit_the_strict_jobs(tmp_path):
+    """protocol=both with strict.modes=[default]: every mode paper-timed, only default strictly."""
+    for name in ("Snakefile", "rules", "scripts", "config", "profiles", "envs"):
+        src = ROOT / name
+        (shutil.copytree if src.is_dir() else shutil.copy)(src, tmp_path / name)
+    (tmp_path / "strict.yaml").write_text("protocol: both\nstrict:\n  modes: [default]\n")
+    proc = snakemake(tmp_path, "-n", "--configfile", "strict.yaml", check=0)
+    release = ROOT / "config/demo/optimized_cuda_code/demo.json"
+    n_tasks = sum(1 for line in release.read_text().splitlines() if line.strip())
+    assert job_counts(proc.stdout)["time_task"] == n_tasks * (5 + 1)
+    planned = set(re.findall(r"results/demo/time/(\w+)/(\w+)/L\d_T\d{3}\.json", proc.stdout))
+    assert ("strict", "default") in planned and ("strict", "cudnn") not in planned
+    assert ("paper", "cudnn") in planned

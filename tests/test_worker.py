@@ -231,3 +231,72 @@ def test_custom_builder_keeps_gpu_init_inside_the_lock(monkeypatch):
     b = worker.CustomBuilder(Plain, [], "cpu")
     b.probe(42)
     assert not b.cpu_safe and b.prepare(42) is None
+
+
+def test_core_plan_reserves_one_timing_cpu_per_device():
+    from l1bench.gpulock import core_plan
+
+    timing, rest = core_plan(range(16), 1)
+    assert timing == [15] and rest == set(range(15))
+    timing, rest = core_plan(range(128), 8)
+    assert timing == list(range(127, 119, -1)) and not set(timing) & rest and len(rest) == 120
+    assert core_plan(range(2), 1) == ([], {0, 1})  # a CI box: nothing reserved
+    assert core_plan(range(8), 5) == ([], set(range(8)))  # fewer than two CPUs per device
+    assert core_plan([3, 1, 2, 0], 0) == ([], {0, 1, 2, 3})
+
+
+def test_lock_holder_runs_on_the_timing_cpu(tmp_path, monkeypatch):
+    import os
+
+    from l1bench import gpulock
+
+    if not hasattr(os, "sched_setaffinity"):
+        pytest.skip("no CPU affinity on this platform")
+    before = os.sched_getaffinity(0)
+    cpu = min(before)
+    monkeypatch.setenv(gpulock.TIMING_CPU_ENV, str(cpu))
+    with gpulock.device_lock("cpu", tmp_path):
+        assert os.sched_getaffinity(0) == {cpu}
+    assert os.sched_getaffinity(0) == before
+
+
+def test_no_code_result_needs_no_worker(tmp_path):
+    import json
+
+    sys.path.insert(0, str(ROOT / "scripts"))
+    from run_task import no_code_result
+
+    task = tmp_path / "L1_T007"
+    task.mkdir()
+    meta = {"snippets": {"ref": {"file": "ref.py", "sha256": "ab"}}}
+    (task / "meta.json").write_text(json.dumps(meta))
+    job = {"kind": "time", "tid": "L1_T007", "mode": "cudnn", "protocol": "paper", "task_dir": str(task)}
+    res = no_code_result(job)
+    assert res["status"] == "no_code" and res["mode"] == "cudnn" and res["score"] is None
+    assert res["snippet_sha256"] == {"ref": "ab"} and res["flags"] == []
+    meta["snippets"]["custom"] = {"file": "custom.py", "sha256": "cd"}
+    (task / "meta.json").write_text(json.dumps(meta))
+    assert no_code_result(job) is None
+
+
+def test_holding_the_lock_too_long_is_cut_short(tmp_path):
+    import subprocess
+    import time
+
+    from l1bench import runner
+
+    status = tmp_path / "status.json"
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        status.write_text(json.dumps({"waited_s": 0, "waiting_since": None, "holding_since": time.time() - 100}))
+        t0 = time.monotonic()
+        with pytest.raises(runner.SectionTimeout):
+            runner._wait(proc, 600, status, t0, poll=0.1, section_timeout=50)
+        assert time.monotonic() - t0 < 5
+        status.write_text(json.dumps({"waited_s": 0, "waiting_since": None, "holding_since": None}))
+        with pytest.raises(subprocess.TimeoutExpired) as err:  # not holding: only the job timeout applies
+            runner._wait(proc, 0.3, status, time.monotonic(), poll=0.1, section_timeout=50)
+        assert not isinstance(err.value, runner.SectionTimeout)
+    finally:
+        proc.kill()
+        proc.wait()

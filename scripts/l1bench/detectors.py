@@ -143,17 +143,44 @@ def clone_values(values) -> list:
 
 
 def digest(t) -> str:
-    """sha1 of a tensor's bytes (contiguous, on CPU), with dtype and shape; NaN-safe."""
+    """A fingerprint of a tensor's bytes, with dtype and shape; NaN-safe.
+
+    CPU tensors: sha1 of the bytes. Device tensors: :func:`device_fingerprint`, computed where
+    the tensor lives (copying hundreds of MB to the host and hashing them there took seconds
+    per call for the large inputs of level-1 tasks, inside the GPU lock).
+    """
     import torch
 
     plain = t.detach()
     if type(plain) is not torch.Tensor:  # materialise subclasses into plain tensors
         plain = plain.clone().as_subclass(torch.Tensor)
-    flat = plain.contiguous().reshape(-1).cpu()
+    flat = plain.contiguous().reshape(-1)
     h = hashlib.sha1(f"{flat.dtype}{tuple(t.shape)}".encode())
-    if flat.numel():
+    if flat.numel() and flat.device.type != "cpu":
+        h.update(device_fingerprint(flat).encode())
+    elif flat.numel():
         h.update(flat.view(torch.uint8).numpy().tobytes())
     return h.hexdigest()
+
+
+def device_fingerprint(flat) -> str:
+    """Two position-weighted sums of a 1-D tensor's bytes (as int32 words), on its device.
+
+    Equal bytes give equal sums; any change of a word changes both sums unless it is
+    cancelled mod 2**64 by changes elsewhere (not a cryptographic hash: it detects mutation,
+    caching and stale outputs, not an adversary forging collisions against it).
+    """
+    import torch
+
+    raw = flat.view(torch.uint8)
+    pad = (-raw.numel()) % 4
+    if pad:
+        raw = torch.cat([raw, raw.new_zeros(pad)])
+    words = raw.view(torch.int32).to(torch.int64)
+    idx = torch.arange(words.numel(), device=words.device, dtype=torch.int64)
+    a = (words * (idx * 2654435761 + 1)).sum().item()
+    b = ((words + 0x9E3779B9) * (idx * 40503 + 7919) ^ (idx << 17)).sum().item()
+    return f"{raw.numel()}:{a}:{b}"
 
 
 def digests(values) -> list:

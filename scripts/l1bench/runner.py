@@ -16,7 +16,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from l1bench.gpulock import STATUS_ENV, waited_seconds
+from l1bench.gpulock import STATUS_ENV, held_seconds, waited_seconds
 from l1bench.worker import EXIT_INFRA
 
 
@@ -32,12 +32,20 @@ def worker_env(package_root: Path, extra: dict | None = None) -> dict:
     return env
 
 
-def run_worker(job: dict, timeout: float, log_path, package_root, env: dict | None = None) -> dict:
+class SectionTimeout(subprocess.TimeoutExpired):
+    """The child held the device lock longer than one GPU section may take."""
+
+
+def run_worker(
+    job: dict, timeout: float, log_path, package_root, env: dict | None = None, section_timeout: float | None = None
+) -> dict:
     """Run one job in a child process and return its result dict.
 
     Raises :class:`JobFailed` on timeout, on a crash (any exit without a result)
     and on an infrastructure failure reported by the worker (exit 3). Time the
     child spends waiting for the device lock does not count against ``timeout``.
+    A child that holds the device lock for more than ``section_timeout`` seconds at a
+    stretch (a hung kernel) is killed at once: every other job is waiting for that lock.
     """
     package_root = Path(package_root).resolve()
     with tempfile.TemporaryDirectory(prefix="l1bench-") as tmp:
@@ -64,7 +72,10 @@ def run_worker(job: dict, timeout: float, log_path, package_root, env: dict | No
                 start_new_session=True,
             )
             try:
-                rc = _wait(proc, timeout, lock_status, t0)
+                rc = _wait(proc, timeout, lock_status, t0, section_timeout=section_timeout)
+            except SectionTimeout:
+                _kill_group(proc)
+                raise JobFailed(f"{job['tid']}: held the GPU lock for more than {section_timeout:.0f} s") from None
             except subprocess.TimeoutExpired:
                 _kill_group(proc)
                 raise JobFailed(f"{job['tid']}: timed out after {timeout:.0f} s (not counting lock waits)") from None
@@ -89,12 +100,16 @@ def absolute_paths(job: dict) -> dict:
     return job | {k: str(Path(job[k]).resolve()) for k in PATH_KEYS if job.get(k)}
 
 
-def _wait(proc: subprocess.Popen, timeout: float, lock_status: Path, t0: float, poll: float = 0.5) -> int:
+def _wait(
+    proc: subprocess.Popen, timeout: float, lock_status: Path, t0: float, poll: float = 0.5, section_timeout=None
+) -> int:
     """Wait for the child; its deadline moves on by the time it spends waiting for the lock."""
     while True:
         try:
             return proc.wait(timeout=poll)
         except subprocess.TimeoutExpired:
+            if section_timeout and held_seconds(lock_status) > section_timeout:
+                raise SectionTimeout(proc.args, section_timeout) from None
             busy = time.monotonic() - t0 - waited_seconds(lock_status)
             if busy > timeout:
                 raise

@@ -44,8 +44,15 @@ def collect(root) -> dict:
                 t = datetime.fromisoformat(prov[key])
                 lo, hi = spans.get(stage_of(res), (t, t))
                 spans[stage_of(res)] = (min(lo, t), max(hi, t))
-    return {k: dict(v) | {"span_s": (spans[k][1] - spans[k][0]).total_seconds() if k in spans else 0.0}
-            for k, v in stats.items()}
+    return {
+        k: dict(v)
+        | {
+            "span_s": (spans[k][1] - spans[k][0]).total_seconds() if k in spans else 0.0,
+            "first": spans[k][0] if k in spans else None,
+            "last": spans[k][1] if k in spans else None,
+        }
+        for k, v in stats.items()
+    }
 
 
 def table(stats: dict) -> str:
@@ -60,5 +67,80 @@ def table(stats: dict) -> str:
     return tabulate(rows, head, tablefmt="github")
 
 
+def overall(stats: dict) -> dict:
+    """Whole-run figures: first start to last finish, and the share of it the GPU lock was held."""
+    starts = [v["first"] for v in stats.values() if v.get("first")]
+    ends = [v["last"] for v in stats.values() if v.get("last")]
+    span = (max(ends) - min(starts)).total_seconds() if starts and ends else 0.0
+    lock = sum(v["gpu_lock_s"] for v in stats.values())
+    return {"span_s": span, "gpu_lock_s": lock, "lock_share": lock / span if span else 0.0}
+
+
+def gpu_samples(lines) -> dict:
+    """Summary of ``nvidia-smi --query-gpu=timestamp,utilization.gpu,... -l 1`` lines."""
+    util = []
+    for line in lines:
+        parts = [x.strip() for x in line.split(",")]
+        if len(parts) > 1 and parts[1].replace(".", "", 1).isdigit():
+            util.append(float(parts[1]))
+    if not util:
+        return {"samples": 0}
+    return {
+        "samples": len(util),
+        "mean_util_pct": sum(util) / len(util),
+        "idle_share": sum(1 for u in util if u == 0) / len(util),
+    }
+
+
+def cpu_samples(lines) -> dict:
+    """Busy share of all CPUs from ``<epoch> cpu user nice system idle iowait ...`` lines
+    (the first line of /proc/stat, sampled once a second)."""
+    rows = []
+    for line in lines:
+        parts = line.split()
+        if len(parts) > 5 and parts[1] == "cpu":
+            vals = [int(x) for x in parts[2:]]
+            rows.append((sum(vals), vals[3] + vals[4]))  # total, idle + iowait
+    if len(rows) < 2:
+        return {"samples": len(rows)}
+    busy = [
+        1 - (i1 - i0) / (t1 - t0) for (t0, i0), (t1, i1) in zip(rows, rows[1:]) if t1 > t0
+    ]
+    return {
+        "samples": len(busy),
+        "mean_busy_pct": 100 * sum(busy) / len(busy),
+        "saturated_share": sum(1 for b in busy if b > 0.9) / len(busy),
+    }
+
+
+def samples_summary(folder) -> str:
+    """One line per sampler file of ``scripts/device_run.sh`` (GPU utilisation, CPU busy)."""
+    out = []
+    for path in sorted(Path(folder).glob("*")):
+        lines = path.read_text(errors="replace").splitlines()
+        summary = gpu_samples(lines) if path.name.startswith("gpu-") else cpu_samples(lines)
+        vals = ", ".join(f"{k} {v:.2f}" if isinstance(v, float) else f"{k} {v}" for k, v in summary.items())
+        out.append(f"{path.name}: {vals}")
+    return "\n".join(out)
+
+
+def main(argv: list[str]) -> None:
+    import argparse
+
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("root", nargs="?", default="results/h100")
+    ap.add_argument("--samples", help="folder of device_run.sh samples (GPU utilisation, CPU load)")
+    args = ap.parse_args(argv)
+    stats = collect(args.root)
+    print(table(stats))
+    o = overall(stats)
+    print(
+        f"\nfirst start to last finish {o['span_s']:.0f} s; GPU lock held {o['gpu_lock_s']:.0f} s "
+        f"({100 * o['lock_share']:.0f} % of it)"
+    )
+    if args.samples:
+        print(samples_summary(args.samples))
+
+
 if __name__ == "__main__":
-    print(table(collect(sys.argv[1] if len(sys.argv) > 1 else "results/h100")))
+    main(sys.argv[1:])

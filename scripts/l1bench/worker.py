@@ -48,6 +48,7 @@ from l1bench.snippet import (
 )
 
 EXIT_INFRA = 3
+NO_CODE_REASON = "the release carries no custom code for this task"
 
 COMPILE_MODES = {"torch_compile": "default", "torch_compile_reduce_overhead": "reduce-overhead"}
 #: Modes timed against their own baseline snippet (split names it after the mode); GPU only.
@@ -340,7 +341,7 @@ def correctness_trials(original, custom, get_inputs, device: str, p: dict) -> tu
 def do_build(job: dict, meta: dict, snippets: dict) -> dict:
     """Compile the custom code's inline extensions into the task's extension folder (CPU)."""
     if "custom" not in snippets:
-        return result(job, "no_code", "the release carries no custom code for this task")
+        return result(job, "no_code", NO_CODE_REASON)
     t0 = time.perf_counter()
     with guarded("building custom code", "load_error"):
         model_new = load_custom(snippets["custom"])
@@ -621,6 +622,7 @@ def pick_device(job: dict) -> str:
     n = torch.cuda.device_count()
     key = sum(map(ord, f"{job['tid']}/{job.get('mode', '')}"))
     index = key % n
+    gpulock.reserve_timing_cpus(n, index)  # before CUDA starts its threads
     if n > 1:  # set_device initialises CUDA; with one GPU there is nothing to choose
         torch.cuda.set_device(index)
     return f"cuda:{index}"
@@ -634,10 +636,17 @@ def run(job: dict) -> dict:
         os.environ["TORCH_EXTENSIONS_DIR"] = str(Path(job["ext_dir"]).resolve())
     task_dir = Path(job["task_dir"])
     meta, snippets = read_snippets(task_dir)
-    job["device"] = "cpu" if job["kind"] == "build" else pick_device(job)
+    if job["kind"] == "build":
+        job["device"] = "cpu"
+        if job["backend"] != "cpu":  # builds (nvcc) keep clear of the timing CPUs
+            import torch
+
+            gpulock.reserve_timing_cpus(torch.cuda.device_count(), None)
+    else:
+        job["device"] = pick_device(job)
     try:
         if "custom" not in snippets and job["kind"] != "build":
-            res = result(job, "no_code", "the release carries no custom code for this task")
+            res = result(job, "no_code", NO_CODE_REASON)
         else:
             res = KINDS[job["kind"]](job, meta, snippets)
     except SnippetError as err:
@@ -648,6 +657,7 @@ def run(job: dict) -> dict:
         "started": started,
         "finished": provenance.now_iso(),
         "wall_s": round(time.time() - t0, 3),
+        "timing_cpu": os.environ.get(gpulock.TIMING_CPU_ENV) or None,
     }
     return res
 

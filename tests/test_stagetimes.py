@@ -1,0 +1,41 @@
+"""Run-time report helpers: per-stage totals and the device_run.sh samplers' summaries."""
+
+import json
+
+from l1bench import stagetimes
+
+
+def _result(path, kind, started, finished, lock=0.0, mode=None):
+    res = {"kind": kind, "provenance": {"started": started, "finished": finished, "wall_s": 10.0}, "lock_held_s": lock}
+    if mode:
+        res |= {"mode": mode, "protocol": "paper"}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(res))
+
+
+def test_overall_span_and_lock_share(tmp_path):
+    _result(tmp_path / "check/L1_T001.json", "check", "2026-12-03T10:00:00+00:00", "2026-12-03T10:00:20+00:00", 5)
+    _result(tmp_path / "time/paper/default/L1_T001.json", "time", "2026-12-03T10:00:20+00:00",
+            "2026-12-03T10:01:40+00:00", 35, mode="default")
+    (tmp_path / "tasks/L1_T001").mkdir(parents=True)
+    (tmp_path / "tasks/L1_T001/meta.json").write_text('{"kind": "check"}')  # never counted
+    stats = stagetimes.collect(tmp_path)
+    assert set(stats) == {"check", "time:paper:default"}
+    o = stagetimes.overall(stats)
+    assert o["span_s"] == 100 and o["gpu_lock_s"] == 40 and abs(o["lock_share"] - 0.4) < 1e-9
+    assert "time:paper:default" in stagetimes.table(stats)
+
+
+def test_gpu_samples():
+    lines = ["2026/12/03 10:00:00.000, 0, 500, 345, 3201, 80.1", "2026/12/03 10:00:01.000, 100, 900, 1980, 3201, 500",
+             "2026/12/03 10:00:02.000, 50, 900, 1980, 3201, 300", "garbage"]
+    s = stagetimes.gpu_samples(lines)
+    assert s["samples"] == 3 and s["mean_util_pct"] == 50 and abs(s["idle_share"] - 1 / 3) < 1e-9
+    assert stagetimes.gpu_samples([]) == {"samples": 0}
+
+
+def test_cpu_samples_busy_share():
+    # user nice system idle iowait irq softirq: 100 jiffies per second, first second 75 % busy, then idle
+    lines = ["1 cpu 0 0 0 0 0 0 0", "2 cpu 70 0 5 20 5 0 0", "3 cpu 70 0 5 120 5 0 0"]
+    s = stagetimes.cpu_samples(lines)
+    assert s["samples"] == 2 and abs(s["mean_busy_pct"] - 37.5) < 1e-9 and s["saturated_share"] == 0
