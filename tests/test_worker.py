@@ -300,3 +300,29 @@ def test_holding_the_lock_too_long_is_cut_short(tmp_path):
     finally:
         proc.kill()
         proc.wait()
+
+
+def test_compile_backend_releases_the_lock_while_generating_code(tmp_path):
+    """The first call of a compiled model runs inside the GPU section, but its code
+    generation lets go of the lock (and the compiled model computes what eager does)."""
+    import torch
+
+    from l1bench import gpulock, worker
+
+    model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU())
+    x = torch.randn(4, 8)
+    stats = {}
+    with gpulock.device_lock("cpu", tmp_path, stats) as lock:
+        assert gpulock.DeviceLock.current is lock
+        compiled = worker.wrap_baseline(model, "torch_compile")
+        out = compiled(x)
+        assert gpulock.DeviceLock.current is lock  # taken back after code generation
+    assert gpulock.DeviceLock.current is None
+    assert stats["lock_paused_n"] >= 1 and stats["lock_held_s"] >= 0
+    assert torch.allclose(out, model(x))
+    # a rebuilt model (the next outer trial) reuses the compiled code: no new pause
+    again = worker.wrap_baseline(torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU()), "torch_compile")
+    n = stats["lock_paused_n"]
+    with gpulock.device_lock("cpu", tmp_path, stats):
+        again(x)
+    assert stats["lock_paused_n"] == n

@@ -110,31 +110,80 @@ def default_lock_dir() -> Path:
     return Path(os.environ.get("L1BENCH_LOCK_DIR") or os.environ.get("TMPDIR") or "/tmp")
 
 
-@contextlib.contextmanager
-def device_lock(device: str, lock_dir: str | os.PathLike | None = None, stats: dict | None = None):
-    """Hold an exclusive flock named after ``device`` ("cuda:0" -> gpu0.lock, "cpu" -> cpu.lock).
+class DeviceLock:
+    """An exclusive flock named after a device ("cuda:0" -> gpu0.lock, "cpu" -> cpu.lock).
 
-    ``stats`` (if given) accumulates ``lock_wait_s`` and ``lock_held_s``.
+    Use as a context manager. ``stats`` accumulates ``lock_wait_s`` and ``lock_held_s``.
+    While held, the calling thread runs on the reserved timing CPU (if any). :meth:`paused`
+    lets go of the lock for a stretch of CPU-only work inside a GPU section (torch.compile
+    code generation) and takes it back afterwards.
     """
-    lock_dir = Path(lock_dir) if lock_dir else default_lock_dir()
-    lock_dir.mkdir(parents=True, exist_ok=True)
-    name = "cpu" if device == "cpu" else "gpu" + (device.split(":")[1] if ":" in device else "0")
-    path = lock_dir / f"l1bench-{name}.lock"
-    stats = {} if stats is None else stats
-    t0 = time.perf_counter()
-    with open(path, "a+") as fh:
-        _report(stats.get("lock_wait_s", 0.0), time.time())
-        fcntl.flock(fh, fcntl.LOCK_EX)
-        t1 = time.perf_counter()
-        stats["lock_wait_s"] = stats.get("lock_wait_s", 0.0) + (t1 - t0)
-        _report(stats["lock_wait_s"], None, time.time())
-        restore = _pin_to_timing_cpu()
+
+    #: The lock this process holds now (None when none): what :meth:`pause_current` pauses.
+    current: "DeviceLock | None" = None
+
+    def __init__(self, device: str, lock_dir=None, stats: dict | None = None):
+        lock_dir = Path(lock_dir) if lock_dir else default_lock_dir()
+        lock_dir.mkdir(parents=True, exist_ok=True)
+        name = "cpu" if device == "cpu" else "gpu" + (device.split(":")[1] if ":" in device else "0")
+        self.path = lock_dir / f"l1bench-{name}.lock"
+        self.stats = {} if stats is None else stats
+        self._fh = None
+        self._since = None
+        self._restore = None
+
+    def _acquire(self) -> None:
+        t0 = time.perf_counter()
+        _report(self.stats.get("lock_wait_s", 0.0), time.time())
+        fcntl.flock(self._fh, fcntl.LOCK_EX)
+        self._since = time.perf_counter()
+        self.stats["lock_wait_s"] = self.stats.get("lock_wait_s", 0.0) + (self._since - t0)
+        _report(self.stats["lock_wait_s"], None, time.time())
+        self._restore = _pin_to_timing_cpu()
+        DeviceLock.current = self
+
+    def _release(self) -> None:
+        DeviceLock.current = None
+        if self._restore is not None:
+            os.sched_setaffinity(0, self._restore)
+            self._restore = None
+        held = time.perf_counter() - self._since
+        fcntl.flock(self._fh, fcntl.LOCK_UN)
+        _report(self.stats.get("lock_wait_s", 0.0), None)
+        self.stats["lock_held_s"] = self.stats.get("lock_held_s", 0.0) + held
+
+    def __enter__(self) -> "DeviceLock":
+        self._fh = open(self.path, "a+")
+        try:
+            self._acquire()
+        except BaseException:
+            self._fh.close()
+            raise
+        return self
+
+    def __exit__(self, *exc) -> None:
+        try:
+            self._release()
+        finally:
+            self._fh.close()
+
+    @contextlib.contextmanager
+    def paused(self):
+        """Release the lock for the body (CPU-only work), then wait for it again."""
+        self._release()
+        self.stats["lock_paused_n"] = self.stats.get("lock_paused_n", 0) + 1
         try:
             yield
         finally:
-            if restore is not None:
-                os.sched_setaffinity(0, restore)
-            t2 = time.perf_counter()
-            fcntl.flock(fh, fcntl.LOCK_UN)
-            _report(stats["lock_wait_s"], None)
-            stats["lock_held_s"] = stats.get("lock_held_s", 0.0) + (t2 - t1)
+            self._acquire()
+
+    @staticmethod
+    def pause_current():
+        """:meth:`paused` of the lock held now, or a no-op context when none is held."""
+        lock = DeviceLock.current
+        return lock.paused() if lock is not None else contextlib.nullcontext()
+
+
+def device_lock(device: str, lock_dir: str | os.PathLike | None = None, stats: dict | None = None) -> DeviceLock:
+    """The exclusive lock of ``device`` (a context manager; see :class:`DeviceLock`)."""
+    return DeviceLock(device, lock_dir, stats)

@@ -280,6 +280,23 @@ class CustomBuilder:
             return build_model(self.cls, args, seed, self.device)
 
 
+@contextlib.contextmanager
+def exclusive(device: str, job: dict, stats: dict):
+    """The device lock, under no_grad; cached device memory is handed back before release.
+
+    Up to one worker per core waits for the lock at once: memory a waiting worker's caching
+    allocator still holds from its last section is memory the lock holder cannot have.
+    """
+    import torch
+
+    with gpulock.device_lock(device, job.get("lock_dir"), stats), torch.no_grad():
+        try:
+            yield
+        finally:
+            if device.startswith("cuda"):
+                torch.cuda.empty_cache()
+
+
 def run_reference_warmup(model_cpu, get_inputs, device: str, p: dict) -> None:
     """The harness first runs a fresh reference once in the process (its ``warmup_src``).
 
@@ -390,7 +407,7 @@ def do_check(job: dict, meta: dict, snippets: dict) -> dict:
     ref_cpu = construct(Model, init_inputs, seed)  # CPU work: outside the lock
     warm_cpu = copy.deepcopy(ref_cpu)  # the harness warms up with a separate instance
     first, second = builder.prepare(seed), builder.prepare(seed)
-    with gpulock.device_lock(device, job.get("lock_dir"), stats), torch.no_grad():
+    with exclusive(device, job, stats):
         run_reference_warmup(warm_cpu, get_inputs, device, p)
         del warm_cpu
         ref = move(ref_cpu, device)
@@ -430,11 +447,47 @@ def baseline_source(mode: str, snippets: dict) -> str | None:
     return snippets.get(mode) if mode in BASELINE_MODES else snippets["ref"]
 
 
+_BACKENDS: dict = {}
+
+
+def compile_backend(mode: str):
+    """The torch.compile backend of a compile mode: inductor exactly as ``torch.compile(mode=...)``
+    builds it, except that code generation (``compile_fx``, CPU-only) lets go of the GPU lock.
+
+    The first call of a compiled model traces, generates code and then runs kernels. It runs
+    inside the GPU lock, so no kernel of it overlaps another job's timed calls, while the
+    seconds to a minute of code generation in the middle leave the GPU to other jobs. One
+    instance per mode and process, so every rebuilt model of the outer trials reuses the
+    compiled code. Falls back to the plain ``mode=`` string (code generation inside the
+    lock: slower, equally exact) if this torch lacks the inductor wrapper class.
+    """
+    if mode not in _BACKENDS:
+        import torch
+
+        base = getattr(torch, "_TorchCompileInductorWrapper", None)
+        if base is None:
+            _BACKENDS[mode] = None
+        else:
+
+            class LockReleasingInductor(base):
+                __name__ = "inductor"  # what torch.compile's backend wrapper reports it as
+
+                def __call__(self, model_, inputs_, **kwargs):
+                    with gpulock.DeviceLock.pause_current():
+                        return super().__call__(model_, inputs_, **kwargs)
+
+            _BACKENDS[mode] = LockReleasingInductor(mode, None, None)  # as torch.compile(mode=mode)
+    return _BACKENDS[mode]
+
+
 def wrap_baseline(model, mode: str):
     if mode in COMPILE_MODES:
         import torch
 
-        return torch.compile(model, mode=COMPILE_MODES[mode])
+        backend = compile_backend(COMPILE_MODES[mode])
+        if backend is None:
+            return torch.compile(model, mode=COMPILE_MODES[mode])
+        return torch.compile(model, backend=backend)
     return model
 
 
@@ -494,7 +547,7 @@ def do_time(job: dict, meta: dict, snippets: dict) -> dict:
     @contextlib.contextmanager
     def gpu_section():
         """The device lock; the first section also runs the harness's reference warm-up."""
-        with gpulock.device_lock(device, job.get("lock_dir"), stats), torch.no_grad():
+        with exclusive(device, job, stats):
             if pending["warmup"] is not None:
                 run_reference_warmup(pending["warmup"], get_inputs, device, p)
                 pending["warmup"] = None
@@ -503,12 +556,11 @@ def do_time(job: dict, meta: dict, snippets: dict) -> dict:
     t_setup = time.perf_counter()
     with torch.no_grad():
         if mode in COMPILE_MODES:
-            with gpu_section():
-                pass  # the harness's reference warm-up, before compiling
-            # Code generation is CPU work: done here, outside the device lock. The
-            # compiled code is reused by the rebuilt models of every outer trial.
+            # The harness's reference warm-up, then the first (compiling) call of the
+            # compiled reference; its code generation releases the lock (compile_backend).
+            # The compiled code is reused by the rebuilt models of every outer trial.
             base_cpu, _ = baseline_on_cpu(p["seed"])
-            with guarded(f"compiling the reference ({mode})", "baseline_error"):
+            with gpu_section(), guarded(f"compiling the reference ({mode})", "baseline_error"):
                 base = wrap_baseline(move(base_cpu, device), mode)
                 base(*make_inputs(get_inputs, device, on_dev))
                 synchronize(device)
