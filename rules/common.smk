@@ -231,8 +231,9 @@ def evaluation_params(kind):
 
 
 def time_priority(wildcards):
-    """Paper results before strict ones (an interrupted run has complete paper columns);
-    the torch.compile modes first among them, so their long CPU-bound code generation starts
+    """Time jobs before checks (priority 9): a task's modes are timed as soon as its check
+    passes, so an interrupted run leaves whole tasks. Paper results before strict ones; the
+    torch.compile modes first among them, so their long CPU-bound code generation starts
     early and overlaps with the GPU work of the others instead of forming the tail."""
     if wildcards.protocol == "strict":
         return 5

@@ -35,7 +35,7 @@ rule check_task:
         f"{RES}/check/{{tid}}.json",
     log:
         f"logs/{DEVICE}/check_task/{{tid}}.log",
-    priority: 20
+    priority: 9
     conda:
         "../envs/environment.yaml"
     resources:

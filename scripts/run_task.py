@@ -84,6 +84,23 @@ def no_code_result(job: dict) -> dict | None:
     return res
 
 
+def nothing_to_build(job: dict) -> dict | None:
+    """The build result of custom code that compiles no extension, else None."""
+    from l1bench.provenance import now_iso
+    from l1bench.release import SNIPPET_FILES
+    from l1bench.worker import builds_extensions, result
+
+    if job["kind"] != "build":
+        return None
+    custom = Path(job["task_dir"]) / SNIPPET_FILES["custom"]
+    if not custom.exists() or builds_extensions(custom.read_text()):
+        return None
+    res = result(job, "ok", "no C++/CUDA extension in the custom code: nothing to build", build_s=0.0, extensions=[])
+    res["params"] = job.get("params", {})
+    res["provenance"] = {"started": now_iso(), "finished": now_iso(), "wall_s": 0.0, "worker": False}
+    return res
+
+
 def main(smk) -> None:
     sys.path.insert(0, str(package_root(smk)))
     from l1bench.io import atomic_write_json
@@ -92,7 +109,8 @@ def main(smk) -> None:
     logging.basicConfig(filename=smk.log[0], level=logging.INFO, format="%(asctime)s %(message)s")
     job = make_job(smk)
     logging.info("job %s", job)
-    res = no_code_result(job)  # nothing to run: no worker (no interpreter, no CUDA context)
+    # nothing to run: no worker (no interpreter, no CUDA context)
+    res = no_code_result(job) or nothing_to_build(job)
     if res is None:
         try:
             res = run_worker(

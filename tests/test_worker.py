@@ -326,3 +326,70 @@ def test_compile_backend_releases_the_lock_while_generating_code(tmp_path):
     with gpulock.device_lock("cpu", tmp_path, stats):
         again(x)
     assert stats["lock_paused_n"] == n
+
+
+def test_compiled_graphs_called_outside_a_section_take_the_lock(tmp_path):
+    import torch
+
+    from l1bench import gpulock, worker
+
+    stats = {}
+    seen = []
+
+    class Probe(torch.nn.Module):
+        def forward(self, x):
+            return torch.tanh(x) * 2
+
+    model = worker.wrap_baseline(Probe(), "torch_compile")
+    worker._JOB_LOCK[:] = ["cpu", {"lock_dir": str(tmp_path)}, stats]
+    try:
+        out = model(torch.randn(3))  # compiles unlocked, then runs its graph inside the lock
+    finally:
+        worker._JOB_LOCK.clear()
+    seen.append(gpulock.DeviceLock.current)
+    assert stats.get("lock_held_s", 0) > 0 and seen == [None] and out.shape == (3,)
+
+
+def test_failed_extension_builds_are_not_retried(monkeypatch):
+    from torch.utils import cpp_extension
+
+    from l1bench import worker
+
+    calls = []
+
+    def failing_build(name, cpp_sources, **kwargs):
+        calls.append(name)
+        raise RuntimeError("Error building extension 'x'")
+
+    def ok_build(*args, **kwargs):
+        calls.append("ok")
+        return "module"
+
+    monkeypatch.setattr(cpp_extension, "load_inline", failing_build)
+    monkeypatch.setattr(cpp_extension, "load", ok_build)
+    worker.remember_failed_extension_builds()
+    for _ in range(3):
+        with pytest.raises(RuntimeError, match="Error building"):
+            cpp_extension.load_inline("x", "int f();", verbose=False)
+    assert calls == ["x"]  # built once, the same failure re-raised after
+    with pytest.raises(RuntimeError):
+        cpp_extension.load_inline("y", "int f();")  # other sources: built again
+    assert calls == ["x", "y"]
+    assert cpp_extension.load("z") == cpp_extension.load("z") == "module" and calls.count("ok") == 2
+    worker.remember_failed_extension_builds()  # idempotent: not wrapped twice
+    assert cpp_extension.load_inline.__wrapped__ is failing_build
+
+
+def test_nothing_to_build_without_extensions(tmp_path):
+    sys.path.insert(0, str(ROOT / "scripts"))
+    from run_task import nothing_to_build
+
+    task = tmp_path / "L1_T001"
+    task.mkdir()
+    job = {"kind": "build", "tid": "L1_T001", "task_dir": str(task)}
+    (task / "custom.py").write_text("import torch\nclass ModelNew(torch.nn.Module):\n    pass\n")
+    res = nothing_to_build(job)
+    assert res["status"] == "ok" and res["extensions"] == [] and "nothing to build" in res["reason"]
+    (task / "custom.py").write_text("from torch.utils.cpp_extension import load_inline\n")
+    assert nothing_to_build(job) is None
+    assert nothing_to_build(job | {"kind": "check"}) is None

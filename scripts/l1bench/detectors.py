@@ -827,13 +827,16 @@ def _custom_phase(custom_model, ph, device, c, base_state, flags, details) -> No
     del hold
 
 
-def run_detectors(ref_cls, custom_cls, get_inputs, get_init_inputs, device, cfg=None) -> dict:
+def run_detectors(ref_cls, custom_cls, get_inputs, get_init_inputs, device, cfg=None, ref_model=None) -> dict:
     """Run every detector on one (reference, custom) pair; return ``{"flags", "details"}``.
 
     Models are built as :func:`l1bench.snippet.build_model` does (seed before
     construction, the same init inputs for both).  ``cfg`` keys (defaults in
     :data:`DEFAULTS`): seed, atol, rtol, n_calls, precision_factor,
     precision_floor, settle_s, join_timeout_s.
+
+    ``ref_model``: an already built reference (constructed under ``cfg["seed"]`` with the same
+    init inputs, on ``device``), to save constructing it again.
 
     Reference failures propagate.  Failures of the custom model (construction
     or a call) become a DETECTOR_ERROR flag and end the custom checks - except
@@ -853,7 +856,8 @@ def run_detectors(ref_cls, custom_cls, get_inputs, get_init_inputs, device, cfg=
         try:
             snippet.set_seed(int(c["seed"]))
             init_inputs = get_init_inputs()
-            ref_model = snippet.build_model(ref_cls, init_inputs, int(c["seed"]), dev)
+            if ref_model is None:  # else: the caller's reference, built the same way (same seed)
+                ref_model = snippet.build_model(ref_cls, init_inputs, int(c["seed"]), dev)
             ph = _reference_phase(ref_model, get_inputs, dev, c)
             refs = [ph["ref_A"], *ph["ref_fresh"]]
             ins = [digests(ph["A"]), *[digests(x) for x in ph["fresh"]]]

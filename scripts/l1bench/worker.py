@@ -281,6 +281,33 @@ class CustomBuilder:
 
 
 @contextlib.contextmanager
+def phase(stats: dict, name: str):
+    """Accumulate the wall time of a step into ``stats["phases"][name]`` (seconds)."""
+    t0 = time.perf_counter()
+    try:
+        yield
+    finally:
+        phases = stats.setdefault("phases", {})
+        phases[name] = round(phases.get(name, 0.0) + time.perf_counter() - t0, 4)
+
+
+def init_cuda_outside_lock(device: str, stats: dict) -> None:
+    """Create the CUDA context and the cuBLAS handle before taking the lock: seconds of
+    driver and library set-up that run no kernel and need not hold the GPU."""
+    if not device.startswith("cuda"):
+        return
+    import torch
+
+    with phase(stats, "cuda_init (unlocked)"):
+        torch.cuda.init()
+        torch.empty(1, device=device)
+        try:
+            torch.cuda.current_blas_handle()
+        except Exception:  # noqa: BLE001 - only a warm-up
+            pass
+
+
+@contextlib.contextmanager
 def exclusive(device: str, job: dict, stats: dict):
     """The device lock, under no_grad; cached device memory is handed back before release.
 
@@ -407,26 +434,31 @@ def do_check(job: dict, meta: dict, snippets: dict) -> dict:
     ref_cpu = construct(Model, init_inputs, seed)  # CPU work: outside the lock
     warm_cpu = copy.deepcopy(ref_cpu)  # the harness warms up with a separate instance
     first, second = builder.prepare(seed), builder.prepare(seed)
+    init_cuda_outside_lock(device, stats)
     with exclusive(device, job, stats):
-        run_reference_warmup(warm_cpu, get_inputs, device, p)
-        del warm_cpu
-        ref = move(ref_cpu, device)
-        custom = builder.finish(first, seed)
-        del first
+        with phase(stats, "reference warm-up"):
+            run_reference_warmup(warm_cpu, get_inputs, device, p)
+            del warm_cpu
+        with phase(stats, "models to device"):
+            ref = move(ref_cpu, device)
+            custom = builder.finish(first, seed)
+            del first
         # Laziness (the harness runs it on seed-42 inputs before correctness).
-        set_seed(seed)
-        inputs = make_inputs(get_inputs, device, p["inputs_on_device"])
-        with guarded("first call of ModelNew", "runtime_error"):
-            out = custom(*inputs)
-            synchronize(device)
-        problems = lazy_problems(flatten_outputs(out), device)
+        with phase(stats, "laziness"):
+            set_seed(seed)
+            inputs = make_inputs(get_inputs, device, p["inputs_on_device"])
+            with guarded("first call of ModelNew", "runtime_error"):
+                out = custom(*inputs)
+                synchronize(device)
+            problems = lazy_problems(flatten_outputs(out), device)
         if problems:
             return result(job, "lazy", "; ".join(problems), **stats)
         # The harness checks correctness on a fresh instance (state from the first call is dropped).
         del out, custom
-        custom = builder.finish(second, seed)
-        del second
-        ok, why, passed, worst = correctness_trials(ref, custom, get_inputs, device, p)
+        with phase(stats, "correctness"):
+            custom = builder.finish(second, seed)
+            del second
+            ok, why, passed, worst = correctness_trials(ref, custom, get_inputs, device, p)
         if not ok:
             return result(job, "incorrect", why, trials_passed=passed, **stats)
         details["max_abs_diff"] = worst
@@ -434,7 +466,14 @@ def do_check(job: dict, meta: dict, snippets: dict) -> dict:
         if job.get("detectors"):
             from l1bench import detectors
 
-            det = detectors.run_detectors(Model, ModelNew, get_inputs, get_init_inputs, torch.device(device), job["detectors"])
+            del custom
+            # The reference as freshly built: train mode (correctness switched it to eval; no
+            # running statistics changed in eval mode), the same seed and init inputs.
+            ref.train()
+            with phase(stats, "detectors"):
+                det = detectors.run_detectors(
+                    Model, ModelNew, get_inputs, get_init_inputs, torch.device(device), job["detectors"], ref_model=ref
+                )
             flags = det.get("flags", [])
             details["detectors"] = det.get("details", {})
     return result(job, "pass", "", trials_passed=passed, flags=flags, details=details, **stats)
@@ -448,18 +487,26 @@ def baseline_source(mode: str, snippets: dict) -> str | None:
 
 
 _BACKENDS: dict = {}
+#: (device, job, stats) of the running job: the lock a compiled graph takes when it is called
+#: outside a GPU section (the first, compiling call of the compile modes).
+_JOB_LOCK: list = []
 
 
 def compile_backend(mode: str):
     """The torch.compile backend of a compile mode: inductor exactly as ``torch.compile(mode=...)``
-    builds it, except that code generation (``compile_fx``, CPU-only) lets go of the GPU lock.
+    builds it, except that no GPU lock is held while code is generated, and every compiled
+    graph runs inside one.
 
-    The first call of a compiled model traces, generates code and then runs kernels. It runs
-    inside the GPU lock, so no kernel of it overlaps another job's timed calls, while the
-    seconds to a minute of code generation in the middle leave the GPU to other jobs. One
-    instance per mode and process, so every rebuilt model of the outer trials reuses the
-    compiled code. Falls back to the plain ``mode=`` string (code generation inside the
-    lock: slower, equally exact) if this torch lacks the inductor wrapper class.
+    The first call of a compiled model traces (dynamo), generates code (inductor, Triton:
+    seconds to a minute of CPU) and then runs kernels. That call is made outside the lock;
+    each compiled graph it produces takes the lock for its own execution, so no kernel of it
+    overlaps another job's timed calls while the GPU is left to them during code generation.
+    (Eager code between graphs, where a model breaks the graph, runs unlocked: the price of
+    not holding the GPU through dynamo's tracing.) Inside a GPU section (the timed calls) a
+    graph simply runs, and a recompilation there lets go of the lock while it generates
+    code. One instance per mode and process, so every rebuilt model of the outer trials reuses
+    the compiled code. Falls back to the plain ``mode=`` string (code generation inside the
+    lock) if this torch lacks the inductor wrapper class.
     """
     if mode not in _BACKENDS:
         import torch
@@ -469,14 +516,22 @@ def compile_backend(mode: str):
             _BACKENDS[mode] = None
         else:
 
-            class LockReleasingInductor(base):
+            class LockingInductor(base):
                 __name__ = "inductor"  # what torch.compile's backend wrapper reports it as
 
                 def __call__(self, model_, inputs_, **kwargs):
                     with gpulock.DeviceLock.pause_current():
-                        return super().__call__(model_, inputs_, **kwargs)
+                        compiled = super().__call__(model_, inputs_, **kwargs)
 
-            _BACKENDS[mode] = LockReleasingInductor(mode, None, None)  # as torch.compile(mode=mode)
+                    def run(*args):
+                        if gpulock.DeviceLock.current is None and _JOB_LOCK:
+                            with exclusive(*_JOB_LOCK):
+                                return compiled(*args)
+                        return compiled(*args)
+
+                    return run
+
+            _BACKENDS[mode] = LockingInductor(mode, None, None)  # as torch.compile(mode=mode)
     return _BACKENDS[mode]
 
 
@@ -543,13 +598,15 @@ def do_time(job: dict, meta: dict, snippets: dict) -> dict:
     stats["construct"] = builder.probe_note
     set_seed(p["seed"])
     pending = {"warmup": construct(Ref, to_device(get_init_inputs(), device), p["seed"])}
+    init_cuda_outside_lock(device, stats)
 
     @contextlib.contextmanager
     def gpu_section():
         """The device lock; the first section also runs the harness's reference warm-up."""
         with exclusive(device, job, stats):
             if pending["warmup"] is not None:
-                run_reference_warmup(pending["warmup"], get_inputs, device, p)
+                with phase(stats, "reference warm-up"):
+                    run_reference_warmup(pending["warmup"], get_inputs, device, p)
                 pending["warmup"] = None
             yield
 
@@ -560,11 +617,17 @@ def do_time(job: dict, meta: dict, snippets: dict) -> dict:
             # compiled reference; its code generation releases the lock (compile_backend).
             # The compiled code is reused by the rebuilt models of every outer trial.
             base_cpu, _ = baseline_on_cpu(p["seed"])
-            with gpu_section(), guarded(f"compiling the reference ({mode})", "baseline_error"):
-                base = wrap_baseline(move(base_cpu, device), mode)
-                base(*make_inputs(get_inputs, device, on_dev))
+            with gpu_section():  # the harness's reference warm-up; inputs and weights to the GPU
+                inputs = make_inputs(get_inputs, device, on_dev)
+                base_dev = move(base_cpu, device)
+            _JOB_LOCK[:] = [device, job, stats]
+            with phase(stats, "compile (unlocked, graphs locked)"), guarded(
+                f"compiling the reference ({mode})", "baseline_error"
+            ):
+                base = wrap_baseline(base_dev, mode)
+                base(*inputs)
                 synchronize(device)
-            del base, base_cpu
+            del base, base_cpu, base_dev, inputs
     stats["precompile_s"] = round(time.perf_counter() - t_setup, 3)
     clocks_before = provenance.clocks(device)
 
@@ -576,7 +639,7 @@ def do_time(job: dict, meta: dict, snippets: dict) -> dict:
         global_state = detectors.snapshot_global_state()
         base_cpu, init_inputs = baseline_on_cpu(p["seed"])
         custom_cpu = builder.prepare(p["seed"], init_inputs)
-        with gpu_section():
+        with gpu_section(), phase(stats, "strict"):
             base, custom = on_device(base_cpu, custom_cpu, p["seed"], init_inputs)
             warm_up(base, custom, make_inputs(get_inputs, device, on_dev), p["warmup"], device)
             with guarded("strict timing", "runtime_error"):
@@ -605,7 +668,7 @@ def do_time(job: dict, meta: dict, snippets: dict) -> dict:
         # The harness checks the custom model against this mode's baseline, not the reference.
         base_cpu, init_inputs = baseline_on_cpu(p["seed"])
         custom_cpu = builder.prepare(p["seed"], init_inputs)
-        with gpu_section():
+        with gpu_section(), phase(stats, "baseline correctness"):
             base, custom = on_device(base_cpu, custom_cpu, p["seed"], init_inputs)
             with guarded(f"correctness against the {mode} baseline", "baseline_error"):
                 ok, why, _, _ = correctness_trials(base, custom, get_inputs, device, p)
@@ -619,10 +682,13 @@ def do_time(job: dict, meta: dict, snippets: dict) -> dict:
         base_cpu, init_inputs = baseline_on_cpu(seed)
         custom_cpu = builder.prepare(seed, init_inputs)
         with gpu_section():
-            base, custom = on_device(base_cpu, custom_cpu, seed, init_inputs)
-            streams = find_model_streams(custom) if wait_for_streams else []
-            warm_up(base, custom, make_inputs(get_inputs, device, on_dev), p["warmup"], device)
+            with phase(stats, "models to device"):
+                base, custom = on_device(base_cpu, custom_cpu, seed, init_inputs)
+                streams = find_model_streams(custom) if wait_for_streams else []
+            with phase(stats, "warm-up calls"):
+                warm_up(base, custom, make_inputs(get_inputs, device, on_dev), p["warmup"], device)
             ref_ms, cus_ms = [], []
+            t_pairs = time.perf_counter()
             for _ in range(p["inner_trials"]):
                 inputs = make_inputs(get_inputs, device, on_dev)
                 order = ("ref", "custom") if rng.random() < 0.5 else ("custom", "ref")
@@ -632,6 +698,8 @@ def do_time(job: dict, meta: dict, snippets: dict) -> dict:
                     else:
                         with guarded("timed call", "runtime_error"):
                             cus_ms.append(time_call(custom, inputs, device, streams))
+            phases = stats.setdefault("phases", {})
+            phases["timed pairs"] = round(phases.get("timed pairs", 0.0) + time.perf_counter() - t_pairs, 4)
             del base, custom, base_cpu, custom_cpu, inputs
         trial_score = statistics.fmean(ref_ms) / statistics.fmean(cus_ms)
         timings["ref_ms"].append([round(v, 5) for v in ref_ms])
@@ -680,6 +748,52 @@ def pick_device(job: dict) -> str:
     return f"cuda:{index}"
 
 
+EXTENSION_MARKERS = ("cpp_extension", "load_inline")
+
+
+def builds_extensions(source: str) -> bool:
+    """Whether custom code can compile a C++/CUDA extension (torch.utils.cpp_extension)."""
+    return any(m in source for m in EXTENSION_MARKERS)
+
+
+def remember_failed_extension_builds() -> None:
+    """Make a repeated ``load_inline``/``load`` call that failed before fail again at once.
+
+    Some snippets build their extension lazily, in ``forward`` or ``__init__``, and fall back
+    to PyTorch when the build fails; every new instance then retries the same failing build
+    (about 10 s of compiler time each, inside the GPU section). The same sources and flags
+    fail the same way, so the first failure is re-raised instead. Successful builds are
+    cached by torch itself.
+    """
+    import hashlib
+
+    from torch.utils import cpp_extension
+
+    failed: dict = {}
+
+    def remembering(fn):
+        def call(*args, **kwargs):
+            try:
+                key = hashlib.sha256(repr((args, sorted(kwargs.items()))).encode()).hexdigest()
+            except Exception:  # noqa: BLE001 - unrepresentable arguments: no memory
+                key = None
+            if key in failed:
+                raise failed[key]
+            try:
+                return fn(*args, **kwargs)
+            except Exception as err:
+                if key is not None:
+                    failed[key] = err
+                raise
+
+        call.__wrapped__ = fn
+        return call
+
+    for name in ("load_inline", "load"):
+        if not hasattr(getattr(cpp_extension, name), "__wrapped__"):
+            setattr(cpp_extension, name, remembering(getattr(cpp_extension, name)))
+
+
 def run(job: dict) -> dict:
     t0 = time.time()
     started = provenance.now_iso()
@@ -688,6 +802,8 @@ def run(job: dict) -> dict:
         os.environ["TORCH_EXTENSIONS_DIR"] = str(Path(job["ext_dir"]).resolve())
     task_dir = Path(job["task_dir"])
     meta, snippets = read_snippets(task_dir)
+    if builds_extensions(snippets.get("custom", "")):
+        remember_failed_extension_builds()
     if job["kind"] == "build":
         job["device"] = "cpu"
         if job["backend"] != "cpu":  # builds (nvcc) keep clear of the timing CPUs
