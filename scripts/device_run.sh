@@ -32,6 +32,11 @@ export PYTHONPATH="$site${PYTHONPATH:+:$PYTHONPATH}"
 python3 -m snakemake --unlock "$@" >/dev/null 2>&1
 start=$(date +%s)
 log="logs/snakemake-$stamp.log"
+# DRAIN_S before the budget ends, new jobs stop starting (scripts/run_task.py) and running
+# ones finish, instead of being killed at the end with their work lost.
+export L1BENCH_DRAIN_FILE=$PWD/.devstate/drain
+rm -f "$L1BENCH_DRAIN_FILE"
+drain_at=$((budget - ${DRAIN_S:-80}))
 # SIGINT lets snakemake stop its jobs and remove their incomplete outputs cleanly.
 timeout -s INT -k 30 "$budget" python3 -m snakemake --cores "$(nproc)" \
     --resources gpu="${GPU_JOBS:-$(nproc)}" builds="${BUILD_JOBS:-6}" "$@" >"$log" 2>&1 &
@@ -41,6 +46,9 @@ run=$!
 watch=${WATCH_S:-150}
 while kill -0 "$run" 2>/dev/null; do
     sleep 5
+    if [ $(($(date +%s) - start)) -ge "$drain_at" ] && [ ! -f "$L1BENCH_DRAIN_FILE" ]; then
+        echo "draining at $(($(date +%s) - start)) s: no new jobs" && touch "$L1BENCH_DRAIN_FILE"
+    fi
     if [ $(($(date +%s) - start)) -ge "$watch" ]; then
         failed=$(grep -c "^Error in rule" "$log")
         passed=$(grep -ls '"status": "pass"' results/*/check/*.json 2>/dev/null | wc -l)

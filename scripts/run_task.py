@@ -12,6 +12,11 @@ import sys
 from pathlib import Path
 
 
+#: A file whose existence tells new jobs not to start (scripts/device_run.sh creates it shortly
+#: before its time budget ends, so jobs already running can finish instead of being killed).
+DRAIN_ENV = "L1BENCH_DRAIN_FILE"
+
+
 def package_root(smk) -> Path:
     return Path(getattr(smk, "scriptdir", None) or Path(__file__).parent)
 
@@ -107,6 +112,10 @@ def main(smk) -> None:
     from l1bench.runner import JobFailed, run_worker
 
     logging.basicConfig(filename=smk.log[0], level=logging.INFO, format="%(asctime)s %(message)s")
+    drain = os.environ.get(DRAIN_ENV)
+    if drain and Path(drain).exists():
+        logging.error("not started: the run is draining (%s exists); the next run does this job", drain)
+        sys.exit(f"{smk.rule}: not started, the run is draining")
     job = make_job(smk)
     logging.info("job %s", job)
     # nothing to run: no worker (no interpreter, no CUDA context)

@@ -19,7 +19,6 @@ waiting on the custom model's own streams when its source mentions
 from __future__ import annotations
 
 import contextlib
-import copy
 import json
 import os
 import random
@@ -332,7 +331,7 @@ def run_reference_warmup(model_cpu, get_inputs, device: str, p: dict) -> None:
     """
     import torch
 
-    with torch.no_grad():
+    with torch.no_grad(), guarded("the reference's warm-up run", "baseline_error"):
         model = move(model_cpu, device)
         model(*make_inputs(get_inputs, device, p["inputs_on_device"]))
         synchronize(device)
@@ -432,7 +431,10 @@ def do_check(job: dict, meta: dict, snippets: dict) -> dict:
     builder.probe(seed)  # first: before this process touches CUDA
     details["construct"] = builder.probe_note
     ref_cpu = construct(Model, init_inputs, seed)  # CPU work: outside the lock
-    warm_cpu = copy.deepcopy(ref_cpu)  # the harness warms up with a separate instance
+    # The harness warms up with a separate instance: constructed afresh, not deep-copied (a
+    # deep copy shares what closures capture: minGPT's `self.mlpf = lambda x: m.c_proj(...)`
+    # would still call the original's layers, left on the CPU).
+    warm_cpu = construct(Model, init_inputs, seed)
     first, second = builder.prepare(seed), builder.prepare(seed)
     init_cuda_outside_lock(device, stats)
     with exclusive(device, job, stats):
