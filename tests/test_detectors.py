@@ -325,3 +325,27 @@ def test_device_fingerprint_sees_every_byte():
     c = b.clone()
     c[6] = 0
     assert device_fingerprint(b) != device_fingerprint(c)  # padding does not hide the last byte
+
+
+def test_batchnorm_folded_custom_is_not_a_mismatch():
+    """A custom model with inference-mode BatchNorm semantics matches the reference in eval
+    mode, as in the harness's correctness trials (in train mode it would not)."""
+    import torch
+
+    from l1bench.detectors import run_detectors
+
+    class Ref(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.bn = torch.nn.BatchNorm1d(8)
+
+        def forward(self, x):
+            return self.bn(x)
+
+    class Folded(Ref):
+        def forward(self, x):  # running statistics, whatever the module's mode
+            return torch.nn.functional.batch_norm(x, self.bn.running_mean, self.bn.running_var,
+                                                  self.bn.weight, self.bn.bias, False)
+
+    res = run_detectors(Ref, Folded, lambda: [torch.randn(16, 8) * 3 + 1], lambda: [], "cpu", {"n_calls": 2})
+    assert "OUTPUT_MISMATCH" not in res["details"]["flag_names"], res["flags"]

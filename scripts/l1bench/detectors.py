@@ -827,6 +827,11 @@ def _custom_phase(custom_model, ph, device, c, base_state, flags, details) -> No
     del hold
 
 
+def _eval(model) -> None:
+    if hasattr(model, "eval"):
+        model.eval()
+
+
 def run_detectors(ref_cls, custom_cls, get_inputs, get_init_inputs, device, cfg=None, ref_model=None) -> dict:
     """Run every detector on one (reference, custom) pair; return ``{"flags", "details"}``.
 
@@ -858,6 +863,10 @@ def run_detectors(ref_cls, custom_cls, get_inputs, get_init_inputs, device, cfg=
             init_inputs = get_init_inputs()
             if ref_model is None:  # else: the caller's reference, built the same way (same seed)
                 ref_model = snippet.build_model(ref_cls, init_inputs, int(c["seed"]), dev)
+            # Eval mode, as the harness's correctness trials: in train mode BatchNorm normalises
+            # with batch statistics and dropout is random, and a custom model that folds
+            # BatchNorm into its kernel (inference semantics) would "disagree" with the reference.
+            _eval(ref_model)
             ph = _reference_phase(ref_model, get_inputs, dev, c)
             refs = [ph["ref_A"], *ph["ref_fresh"]]
             ins = [digests(ph["A"]), *[digests(x) for x in ph["fresh"]]]
@@ -871,6 +880,7 @@ def run_detectors(ref_cls, custom_cls, get_inputs, get_init_inputs, device, cfg=
                 flags += check_new_threads(threads, "construction")
                 flags += check_global_state(base_state, snapshot_global_state(), "constructing the custom model")
                 restore_global_state(base_state)
+                _eval(custom_model)
                 _custom_phase(custom_model, ph, dev, c, base_state, flags, details)
             except Exception as fail:  # noqa: BLE001 - custom code or its odd outputs broke a check
                 cause = fail.err if isinstance(fail, CustomFailure) else fail

@@ -469,9 +469,8 @@ def do_check(job: dict, meta: dict, snippets: dict) -> dict:
             from l1bench import detectors
 
             del custom
-            # The reference as freshly built: train mode (correctness switched it to eval; no
-            # running statistics changed in eval mode), the same seed and init inputs.
-            ref.train()
+            # The check's reference: built under the same seed and init inputs as the detectors
+            # would build it, and only ever called in eval mode (no running statistics changed).
             with phase(stats, "detectors"):
                 det = detectors.run_detectors(
                     Model, ModelNew, get_inputs, get_init_inputs, torch.device(device), job["detectors"], ref_model=ref
