@@ -68,6 +68,15 @@ def worker_env(smk) -> dict:
     return env
 
 
+def decided_without_worker(res: dict, job: dict) -> dict:
+    """A result decided in this process: its params, and provenance saying no worker ran."""
+    from l1bench.provenance import now_iso
+
+    res["params"] = job.get("params", {})
+    res["provenance"] = {"started": now_iso(), "finished": now_iso(), "wall_s": 0.0, "worker": False}
+    return res
+
+
 def no_code_result(job: dict) -> dict | None:
     """The ``no_code`` result of a task whose release entry has no custom code, else None.
 
@@ -76,7 +85,6 @@ def no_code_result(job: dict) -> dict | None:
     """
     import json
 
-    from l1bench.provenance import now_iso
     from l1bench.worker import NO_CODE_REASON, result
 
     meta = json.loads((Path(job["task_dir"]) / "meta.json").read_text())
@@ -84,14 +92,11 @@ def no_code_result(job: dict) -> dict | None:
         return None
     res = result(job, "no_code", NO_CODE_REASON)
     res["snippet_sha256"] = {k: v["sha256"] for k, v in meta["snippets"].items()}
-    res["params"] = job.get("params", {})
-    res["provenance"] = {"started": now_iso(), "finished": now_iso(), "wall_s": 0.0, "worker": False}
-    return res
+    return decided_without_worker(res, job)
 
 
 def nothing_to_build(job: dict) -> dict | None:
     """The build result of custom code that compiles no extension, else None."""
-    from l1bench.provenance import now_iso
     from l1bench.release import SNIPPET_FILES
     from l1bench.worker import builds_extensions, result
 
@@ -101,9 +106,7 @@ def nothing_to_build(job: dict) -> dict | None:
     if not custom.exists() or builds_extensions(custom.read_text()):
         return None
     res = result(job, "ok", "no C++/CUDA extension in the custom code: nothing to build", build_s=0.0, extensions=[])
-    res["params"] = job.get("params", {})
-    res["provenance"] = {"started": now_iso(), "finished": now_iso(), "wall_s": 0.0, "worker": False}
-    return res
+    return decided_without_worker(res, job)
 
 
 def main(smk) -> None:

@@ -689,18 +689,16 @@ def do_time(job: dict, meta: dict, snippets: dict) -> dict:
             with phase(stats, "warm-up calls"):
                 warm_up(base, custom, make_inputs(get_inputs, device, on_dev), p["warmup"], device)
             ref_ms, cus_ms = [], []
-            t_pairs = time.perf_counter()
-            for _ in range(p["inner_trials"]):
-                inputs = make_inputs(get_inputs, device, on_dev)
-                order = ("ref", "custom") if rng.random() < 0.5 else ("custom", "ref")
-                for who in order:
-                    if who == "ref":
-                        ref_ms.append(time_call(base, inputs, device))
-                    else:
-                        with guarded("timed call", "runtime_error"):
-                            cus_ms.append(time_call(custom, inputs, device, streams))
-            phases = stats.setdefault("phases", {})
-            phases["timed pairs"] = round(phases.get("timed pairs", 0.0) + time.perf_counter() - t_pairs, 4)
+            with phase(stats, "timed pairs"):
+                for _ in range(p["inner_trials"]):
+                    inputs = make_inputs(get_inputs, device, on_dev)
+                    order = ("ref", "custom") if rng.random() < 0.5 else ("custom", "ref")
+                    for who in order:
+                        if who == "ref":
+                            ref_ms.append(time_call(base, inputs, device))
+                        else:
+                            with guarded("timed call", "runtime_error"):
+                                cus_ms.append(time_call(custom, inputs, device, streams))
             del base, custom, base_cpu, custom_cpu, inputs
         trial_score = statistics.fmean(ref_ms) / statistics.fmean(cus_ms)
         timings["ref_ms"].append([round(v, 5) for v in ref_ms])
