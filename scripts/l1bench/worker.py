@@ -615,8 +615,8 @@ def do_time(job: dict, meta: dict, snippets: dict) -> dict:
     with torch.no_grad():
         if mode in COMPILE_MODES:
             # The harness's reference warm-up, then the first (compiling) call of the
-            # compiled reference; its code generation releases the lock (compile_backend).
-            # The compiled code is reused by the rebuilt models of every outer trial.
+            # compiled reference, made outside the lock: its graphs take the lock to run
+            # (compile_backend). The compiled code is reused by every outer trial's model.
             base_cpu, _ = baseline_on_cpu(p["seed"])
             with gpu_section():  # the harness's reference warm-up; inputs and weights to the GPU
                 inputs = make_inputs(get_inputs, device, on_dev)
