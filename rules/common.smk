@@ -240,6 +240,13 @@ def time_priority(wildcards):
     return 12 if wildcards.mode.startswith("torch_compile") else 10
 
 
+def compile_slots(wildcards):
+    """1 for a torch.compile-mode time job, else 0: the profile's ``compile`` resource caps
+    how many run their CPU-bound code generation at once, so the remaining job slots keep
+    eager-mode jobs (which mostly wait for the GPU lock) feeding the GPU."""
+    return 1 if wildcards.mode.startswith("torch_compile") else 0
+
+
 def strict_params(wildcards):
     """The strict protocol's parameters (without the mode selection, which is not one)."""
     if wildcards.protocol != "strict":

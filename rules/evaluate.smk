@@ -64,6 +64,7 @@ rule time_task:
         "../envs/environment.yaml"
     resources:
         gpu=1,
+        compile=compile_slots,
     params:
         kind="time",
         backend="cpu" if IS_DEMO else "cuda",

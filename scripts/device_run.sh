@@ -38,8 +38,12 @@ export L1BENCH_DRAIN_FILE=$PWD/.devstate/drain
 rm -f "$L1BENCH_DRAIN_FILE"
 drain_at=$((budget - ${DRAIN_S:-80}))
 # SIGINT lets snakemake stop its jobs and remove their incomplete outputs cleanly.
-timeout -s INT -k 30 "$budget" python3 -m snakemake --cores "$(nproc)" \
-    --resources gpu="${GPU_JOBS:-$(nproc)}" builds="${BUILD_JOBS:-6}" "$@" >"$log" 2>&1 &
+# Twice as many job slots as cores: evaluation jobs spend most of their life waiting for the
+# GPU lock (no CPU), and the CPU-heavy kinds are capped on their own (builds, compile).
+ncpu=$(nproc)
+timeout -s INT -k 30 "$budget" python3 -m snakemake --cores "${JOB_SLOTS:-$((2 * ncpu))}" \
+    --resources gpu="${GPU_JOBS:-$((2 * ncpu))}" builds="${BUILD_JOBS:-6}" \
+    compile="${COMPILE_JOBS:-$((3 * ncpu / 4))}" "$@" >"$log" 2>&1 &
 run=$!
 # Watchdog: a run whose first WATCH_S seconds bring failures and no passing check is broken
 # (bad environment, broken worker); stop it instead of spending the budget.
