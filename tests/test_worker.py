@@ -1,5 +1,6 @@
 """The worker child process on the CPU backend: both protocols, detectors, failure modes."""
 
+import contextlib
 import json
 import sys
 from pathlib import Path
@@ -393,3 +394,36 @@ def test_nothing_to_build_without_extensions(tmp_path):
     (task / "custom.py").write_text("from torch.utils.cpp_extension import load_inline\n")
     assert nothing_to_build(job) is None
     assert nothing_to_build(job | {"kind": "check"}) is None
+
+
+def test_extension_builds_release_the_gpu_lock(monkeypatch):
+    """nvcc (or waiting for another process's nvcc) never runs inside the GPU section."""
+    from torch.utils import cpp_extension, file_baton
+
+    from l1bench import gpulock, worker
+
+    events = []
+
+    class FakeLock:
+        @contextlib.contextmanager
+        def paused(self):
+            events.append("released")
+            yield
+            events.append("reacquired")
+
+    def build(*args, **kwargs):
+        events.append("nvcc")
+        return "lib"
+
+    monkeypatch.setattr(cpp_extension, "_write_ninja_file_and_build_library", build)
+    monkeypatch.setattr(file_baton.FileBaton, "wait", lambda self: events.append("wait"))
+    monkeypatch.setattr(gpulock.DeviceLock, "current", FakeLock())
+    worker.release_lock_during_extension_builds()
+    worker.release_lock_during_extension_builds()  # idempotent: not wrapped twice
+    assert cpp_extension._write_ninja_file_and_build_library("x") == "lib"
+    file_baton.FileBaton("/nonexistent/lock").wait()
+    assert events == ["released", "nvcc", "reacquired", "released", "wait", "reacquired"]
+    monkeypatch.setattr(gpulock.DeviceLock, "current", None)  # no lock held: nothing to release
+    events.clear()
+    cpp_extension._write_ninja_file_and_build_library("x")
+    assert events == ["nvcc"]

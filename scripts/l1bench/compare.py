@@ -1,0 +1,272 @@
+"""Reports that compare result sets, from the per-task result table (``scores.csv``).
+
+* ``slice_report``: a task selection (e.g. the 41-task h100 slice) in every mode: status,
+  measured next to published, strict next to paper, detector flags, and the share of tasks
+  whose measured score is within a tolerance of the published one.
+* ``run_to_run``: the same tasks timed twice (two results folders): per task the two scores
+  and their relative difference, with the median and maximum.
+
+``python scripts/l1bench/compare.py slice results/h100/scores.csv config/slices/h100_slice41.yaml``
+``python scripts/l1bench/compare.py repeat results/h100 results/repeat/h100 --mode default``
+Both print markdown; ``--out FILE`` writes it atomically instead.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import statistics
+import sys
+from pathlib import Path
+
+import pandas as pd
+from tabulate import tabulate
+
+MODES = ["default", "torch_compile", "torch_compile_reduce_overhead", "cuda_graph", "cudnn"]
+MODE_LABELS = {
+    "default": "Default",
+    "torch_compile": "Torch Compile",
+    "torch_compile_reduce_overhead": "Torch Compile RO",
+    "cuda_graph": "CUDA Graph",
+    "cudnn": "cuDNN",
+}
+NA = "—"
+
+
+def tid_of(task: str) -> str:
+    """``"1/19"`` or ``"L1_T019"`` → ``"L1_T019"``; anything else is a clear error."""
+    task = str(task).strip()
+    if "/" in task:
+        level, number = task.split("/", 1)
+        if level.isdigit() and number.isdigit():
+            return f"L{int(level)}_T{int(number):03d}"
+    elif task.startswith("L") and "_T" in task:
+        return task
+    raise ValueError(f"task {task!r}: expected LEVEL/NUMBER (e.g. 1/19) or a task id (L1_T019)")
+
+
+def load_task_list(path) -> list[str]:
+    """Task ids from a YAML file with a ``tasks:`` list (the workflow's slice configs)."""
+    import yaml
+
+    data = yaml.safe_load(Path(path).read_text()) or {}
+    if not isinstance(data.get("tasks"), list):
+        raise ValueError(f"{path}: no 'tasks:' list")
+    return [tid_of(t) for t in data["tasks"]]
+
+
+def _num(x) -> float | None:
+    try:
+        f = float(x)
+    except (TypeError, ValueError):
+        return None
+    return f if math.isfinite(f) else None
+
+
+def _fmt(x, digits: int = 2) -> str:
+    f = _num(x)
+    return NA if f is None else f"{f:.{digits}f}"
+
+
+def _flags(value) -> list[str]:
+    if not isinstance(value, str) or not value.strip():
+        return []
+    return [f.strip() for f in value.replace(";", ",").split(",") if f.strip()]
+
+
+def agreement(df: pd.DataFrame, tol: float = 0.15) -> pd.DataFrame:
+    """Per protocol and mode: tasks with a measured and a published score, how many agree
+    within ``tol`` (|measured/published − 1| ≤ tol), their share and the median ratio."""
+    rows = []
+    for (protocol, mode), g in df.groupby(["protocol", "mode"], sort=False):
+        both = g[(g["status"] == "ok") & g["published"].notna() & g["measured"].notna()]
+        ratios = (both["measured"] / both["published"]).tolist()
+        within = sum(abs(r - 1.0) <= tol for r in ratios)
+        rows.append(
+            {
+                "protocol": protocol,
+                "mode": mode,
+                "compared": len(ratios),
+                "within": within,
+                "share": within / len(ratios) if ratios else None,
+                "median_ratio": statistics.median(ratios) if ratios else None,
+            }
+        )
+    return pd.DataFrame(rows, columns=["protocol", "mode", "compared", "within", "share", "median_ratio"])
+
+
+def _cell(row) -> str:
+    """One mode of one task: ``measured (published)`` or the status."""
+    if row is None:
+        return "missing"
+    if row["status"] == "ok":
+        return f"{_fmt(row['measured'])} ({_fmt(row['published'])})"
+    return str(row["status"])
+
+
+def slice_rows(df: pd.DataFrame, tids: list[str]) -> list[list[str]]:
+    """Per task: check status, each paper mode, strict default, and every flag seen."""
+    by_key = {(r["tid"], r["protocol"], r["mode"]): r for r in df.to_dict("records")}
+    rows = []
+    for tid in tids:
+        any_row = next((by_key[k] for k in by_key if k[0] == tid), None)
+        if any_row is None:
+            rows.append([tid, "missing"] + ["missing"] * (len(MODES) + 1) + [""])
+            continue
+        check = any_row.get("check_status")
+        check = any_row.get("code_status") if not isinstance(check, str) else check
+        cells = [_cell(by_key.get((tid, "paper", m))) for m in MODES]
+        strict = by_key.get((tid, "strict", "default"))
+        flags: list[str] = []
+        for k, r in by_key.items():
+            if k[0] == tid:
+                flags += [f for f in _flags(r.get("flags")) if f not in flags]
+        rows.append([tid, str(check), *cells, _cell(strict) if strict else NA, ", ".join(flags)])
+    return rows
+
+
+def slice_report(df: pd.DataFrame, tids: list[str], tol: float = 0.15, title: str = "") -> str:
+    """Markdown: agreement per mode on the selection, then the per-task matrix."""
+    sel = df[df["tid"].isin(tids)]
+    missing = sorted(set(tids) - set(sel["tid"]))
+    statuses = sel.groupby(["protocol", "mode"])["status"].value_counts().unstack(fill_value=0)
+    lines = [f"# {title or 'Task selection'}: measured next to published", ""]
+    lines += [
+        f"{len(tids)} tasks. Cells: measured (published) speedup, or the result's status. "
+        f"Agreement: |measured/published − 1| ≤ {tol:.0%} among tasks with both scores.",
+        "",
+    ]
+    ag = agreement(sel, tol)
+    rows = []
+    for r in ag.itertuples():
+        st = statuses.loc[(r.protocol, r.mode)] if (r.protocol, r.mode) in statuses.index else {}
+        counts = ", ".join(f"{k} {int(v)}" for k, v in st.items() if v) if len(st) else ""
+        share = NA if r.share is None else f"{r.share:.0%}"
+        rows.append(
+            [r.protocol, MODE_LABELS.get(r.mode, r.mode), counts, f"{r.within}/{r.compared}", share, _fmt(r.median_ratio)]
+        )
+    lines.append(
+        tabulate(
+            rows,
+            headers=["Protocol", "Mode", "Statuses", "Within tol.", "Share", "Median measured/published"],
+            tablefmt="github",
+            disable_numparse=True,
+        )
+    )
+    lines += ["", "## Per task", ""]
+    headers = ["Task", "Check", *(MODE_LABELS[m] for m in MODES), "Strict default", "Flags"]
+    lines.append(tabulate(slice_rows(sel, tids), headers=headers, tablefmt="github", disable_numparse=True))
+    if missing:
+        lines += ["", f"No result at all for: {', '.join(missing)}."]
+    return "\n".join(lines) + "\n"
+
+
+def _time_results(root, protocol: str, mode: str) -> dict[str, dict]:
+    out = {}
+    for path in sorted(Path(root, "time", protocol, mode).glob("*.json")):
+        try:
+            out[path.stem] = json.loads(path.read_text())
+        except ValueError as err:
+            raise ValueError(f"{path}: not JSON ({err})") from err
+    return out
+
+
+def run_to_run(first_root, second_root, mode: str = "default", protocol: str = "paper") -> dict:
+    """Scores of the tasks timed in both result folders, and their relative differences
+    (|second − first| / first). ``early_stopped`` marks a result cut short by the paper
+    protocol's early stop (one outer trial below the threshold decides the score)."""
+    a, b = _time_results(first_root, protocol, mode), _time_results(second_root, protocol, mode)
+    rows = []
+    for tid in sorted(set(a) & set(b)):
+        ra, rb = a[tid], b[tid]
+        sa, sb = _num(ra.get("score")), _num(rb.get("score"))
+        if ra.get("status") != "ok" or rb.get("status") != "ok" or not sa or sb is None:
+            continue
+        stopped = any(len(r.get("trial_scores") or []) < (r.get("params") or {}).get("outer_trials", 0) for r in (ra, rb))
+        rows.append({"tid": tid, "first": sa, "second": sb, "rel_diff": abs(sb - sa) / sa, "early_stopped": stopped})
+    diffs = [r["rel_diff"] for r in rows]
+    full = [r["rel_diff"] for r in rows if not r["early_stopped"]]
+    return {
+        "mode": mode,
+        "protocol": protocol,
+        "rows": rows,
+        "n": len(rows),
+        "median": statistics.median(diffs) if diffs else None,
+        "max": max(diffs) if diffs else None,
+        "n_full": len(full),
+        "median_full": statistics.median(full) if full else None,
+        "max_full": max(full) if full else None,
+    }
+
+
+def render_run_to_run(rr: dict, first_label: str, second_label: str) -> str:
+    pct = lambda x: NA if x is None else f"{100 * x:.1f} %"  # noqa: E731
+    lines = [
+        f"# Run-to-run spread: {MODE_LABELS.get(rr['mode'], rr['mode'])} ({rr['protocol']} protocol)",
+        "",
+        f"{rr['n']} tasks timed in both `{first_label}` and `{second_label}`. Relative difference = "
+        "|second − first| / first.",
+        "",
+        f"* all {rr['n']}: median **{pct(rr['median'])}**, max **{pct(rr['max'])}**",
+        f"* the {rr['n_full']} whose two results ran all outer trials: median {pct(rr['median_full'])}, "
+        f"max {pct(rr['max_full'])}",
+        "",
+    ]
+    rows = [
+        [r["tid"], _fmt(r["first"], 3), _fmt(r["second"], 3), pct(r["rel_diff"]), "yes" if r["early_stopped"] else ""]
+        for r in sorted(rr["rows"], key=lambda r: -r["rel_diff"])
+    ]
+    lines.append(
+        tabulate(
+            rows,
+            headers=["Task", "First", "Second", "Rel. difference", "Early stop in a run"],
+            tablefmt="github",
+            disable_numparse=True,
+        )
+    )
+    return "\n".join(lines) + "\n"
+
+
+def _write(text: str, out: str | None) -> None:
+    if not out:
+        sys.stdout.write(text)
+        return
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+    from l1bench.io import atomic_write_text
+
+    atomic_write_text(out, text)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    s = sub.add_parser("slice", help="a task selection in every mode, measured next to published")
+    s.add_argument("scores", help="scores.csv written by aggregate_results")
+    s.add_argument("tasks", help="YAML file with a tasks: list")
+    s.add_argument("--tol", type=float, default=0.15)
+    s.add_argument("--title", default="")
+    s.add_argument("--out")
+    r = sub.add_parser("repeat", help="the same tasks timed twice")
+    r.add_argument("first")
+    r.add_argument("second")
+    r.add_argument("--mode", default="default")
+    r.add_argument("--protocol", default="paper")
+    r.add_argument("--out")
+    args = ap.parse_args(argv)
+    try:
+        if args.cmd == "slice":
+            df = pd.read_csv(args.scores)
+            text = slice_report(df, load_task_list(args.tasks), args.tol, args.title or Path(args.tasks).stem)
+        else:
+            rr = run_to_run(args.first, args.second, args.mode, args.protocol)
+            text = render_run_to_run(rr, args.first, args.second)
+    except (OSError, ValueError, KeyError) as err:
+        print(f"compare: {err}", file=sys.stderr)
+        return 2
+    _write(text, args.out)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,94 @@
+"""Slice and run-to-run reports (l1bench.compare): pure functions on small tables."""
+
+import json
+
+import pandas as pd
+import pytest
+
+from l1bench import compare
+
+
+def _row(tid, mode, status="ok", measured=None, published=None, protocol="paper", flags=""):
+    return {
+        "tid": tid,
+        "mode": mode,
+        "protocol": protocol,
+        "status": status,
+        "measured": measured,
+        "published": published,
+        "flags": flags,
+        "check_status": "pass" if status == "ok" else status,
+    }
+
+
+def test_tid_of_accepts_both_spellings_and_rejects_others():
+    assert compare.tid_of("1/9") == "L1_T009"
+    assert compare.tid_of("L3_T044") == "L3_T044"
+    with pytest.raises(ValueError, match="expected LEVEL/NUMBER"):
+        compare.tid_of("nine")
+
+
+def test_agreement_counts_only_tasks_with_both_scores():
+    df = pd.DataFrame(
+        [
+            _row("L1_T001", "default", measured=1.1, published=1.0),  # within 15 %
+            _row("L1_T002", "default", measured=2.0, published=1.0),  # outside
+            _row("L1_T003", "default", measured=1.0, published=None),  # no published score
+            _row("L1_T004", "default", status="incorrect", published=3.0),
+        ]
+    )
+    ag = compare.agreement(df, tol=0.15).iloc[0]
+    assert (ag.compared, ag.within) == (2, 1)
+    assert ag.share == pytest.approx(0.5)
+    assert ag.median_ratio == pytest.approx(1.55)
+
+
+def test_slice_report_shows_status_scores_flags_and_missing_tasks():
+    df = pd.DataFrame(
+        [
+            _row("L1_T001", "default", measured=2.0, published=1.5, flags="SAME_STORAGE;DEGENERATE_TASK"),
+            _row("L1_T001", "default", measured=1.9, published=1.5, protocol="strict", flags="DEGENERATE_TASK"),
+            _row("L1_T009", "default", status="lazy", published=25.0),
+        ]
+    )
+    text = compare.slice_report(df, ["L1_T001", "L1_T009", "L2_T005"], title="t")
+    line = next(x for x in text.splitlines() if x.startswith("| L1_T001"))
+    assert "2.00 (1.50)" in line and "1.90 (1.50)" in line
+    assert line.count("DEGENERATE_TASK") == 1 and "SAME_STORAGE" in line
+    assert "| L1_T009 | lazy" in text
+    assert "No result at all for: L2_T005" in text
+
+
+def _write_time(root, tid, score, trials=7, status="ok"):
+    d = root / "time" / "paper" / "default"
+    d.mkdir(parents=True, exist_ok=True)
+    res = {"status": status, "score": score, "trial_scores": [score] * trials, "params": {"outer_trials": 7}}
+    (d / f"{tid}.json").write_text(json.dumps(res))
+
+
+def test_run_to_run_reports_median_max_and_separates_early_stops(tmp_path):
+    a, b = tmp_path / "a", tmp_path / "b"
+    _write_time(a, "L1_T001", 1.0)
+    _write_time(b, "L1_T001", 1.1)  # 10 %
+    _write_time(a, "L1_T002", 2.0)
+    _write_time(b, "L1_T002", 2.0)  # 0 %
+    _write_time(a, "L1_T003", 0.25, trials=1)  # stopped early in the first run
+    _write_time(b, "L1_T003", 2.25)  # 800 %
+    _write_time(a, "L1_T004", 1.0)  # only in one folder: not compared
+    rr = compare.run_to_run(a, b)
+    assert rr["n"] == 3
+    assert rr["median"] == pytest.approx(0.1)
+    assert rr["max"] == pytest.approx(8.0)
+    assert (rr["n_full"], rr["max_full"]) == (2, pytest.approx(0.1))
+    text = compare.render_run_to_run(rr, "a", "b")
+    assert text.index("L1_T003") < text.index("L1_T001")  # largest difference first
+
+
+def test_cli_reports_a_bad_task_file_in_one_line(tmp_path, capsys):
+    bad = tmp_path / "tasks.yaml"
+    bad.write_text("modes: [default]\n")
+    csv = tmp_path / "scores.csv"
+    pd.DataFrame([_row("L1_T001", "default", measured=1.0, published=1.0)]).to_csv(csv, index=False)
+    assert compare.main(["slice", str(csv), str(bad)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("compare:") and "no 'tasks:' list" in err and "\n" not in err
