@@ -154,6 +154,9 @@ ALL_IDS = task_index()
 ALL_TIDS = [rel.task_id(lv, tk) for lv, tk in ALL_IDS]
 TIDS = selected_tids()
 FINGERPRINT = release_fingerprint()
+NO_CODE_TIDS = {
+    rel.task_id(t.level, t.task) for t in LOCAL_RELEASE or () if t.custom_missing
+}
 
 
 wildcard_constraints:
@@ -263,12 +266,34 @@ def gpu_available():
         return False
 
 
+def _status(path):
+    try:
+        return json.loads(Path(path).read_text()).get("status")
+    except (OSError, ValueError):
+        return None
+
+
+def decided_without_gpu(path):
+    """Whether a missing check/time result is decided without a GPU (scripts/run_task.py):
+    the task has no custom code, or its build (for a check) or check (for a time job) is
+    already negative, so the result only carries that status forward."""
+    tid = Path(path).stem
+    if tid in NO_CODE_TIDS:
+        return True
+    kind = Path(path).relative_to(RES).parts[0]
+    upstream, ok = {"check": ("build", "ok"), "time": ("check", "pass")}[kind]
+    status = _status(f"{RES}/{upstream}/{tid}.json")
+    return status is not None and status != ok
+
+
 def require_gpu_if_needed():
     """Stop before any GPU job when device needs a GPU that this machine lacks."""
     if IS_DEMO or config["aggregate_only"]:
         return
     missing = [
-        p for p in task_paths("check") + task_paths("time") if not Path(p).exists()
+        p
+        for p in task_paths("check") + task_paths("time")
+        if not Path(p).exists() and not decided_without_gpu(p)
     ]
     if missing and not gpu_available():
         raise WorkflowError(

@@ -109,6 +109,21 @@ def nothing_to_build(job: dict) -> dict | None:
     return decided_without_worker(res, job)
 
 
+#: The earlier stage whose negative result a job carries forward, and that stage's good status.
+UPSTREAM = {"check": ("build_result", "ok"), "time": ("check_result", "pass")}
+
+
+def carried_forward(job: dict) -> dict | None:
+    """The result of a job whose build (for a check) or check (for a time job) was negative:
+    that status and reason, decided here as the worker would, without starting it."""
+    from l1bench.worker import upstream_status
+
+    if job["kind"] not in UPSTREAM:
+        return None
+    res = upstream_status(job, *UPSTREAM[job["kind"]])
+    return decided_without_worker(res, job) if res is not None else None
+
+
 def main(smk) -> None:
     sys.path.insert(0, str(package_root(smk)))
     from l1bench.io import atomic_write_json
@@ -122,7 +137,7 @@ def main(smk) -> None:
     job = make_job(smk)
     logging.info("job %s", job)
     # nothing to run: no worker (no interpreter, no CUDA context)
-    res = no_code_result(job) or nothing_to_build(job)
+    res = no_code_result(job) or nothing_to_build(job) or carried_forward(job)
     if res is None:
         try:
             res = run_worker(

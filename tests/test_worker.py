@@ -280,6 +280,21 @@ def test_no_code_result_needs_no_worker(tmp_path):
     assert no_code_result(job) is None
 
 
+def test_a_failed_check_is_carried_forward_without_a_worker(tmp_path):
+    sys.path.insert(0, str(ROOT / "scripts"))
+    from run_task import carried_forward
+
+    check = tmp_path / "check.json"
+    check.write_text(json.dumps({"kind": "check", "status": "incorrect", "reason": "trial 1: values differ"}))
+    job = {"kind": "time", "tid": "L3_T043", "mode": "cudnn", "protocol": "strict", "check_result": str(check)}
+    res = carried_forward(job)
+    assert res["status"] == "incorrect" and res["reason"] == "check: trial 1: values differ"
+    assert res["mode"] == "cudnn" and res["provenance"]["worker"] is False
+    check.write_text(json.dumps({"kind": "check", "status": "pass", "reason": ""}))
+    assert carried_forward(job) is None  # a passed check: the worker times it
+    assert carried_forward({"kind": "build", "tid": "L3_T043"}) is None
+
+
 def test_holding_the_lock_too_long_is_cut_short(tmp_path):
     import subprocess
     import time
