@@ -383,6 +383,8 @@ def test_failed_extension_builds_are_not_retried(monkeypatch):
 
     monkeypatch.setattr(cpp_extension, "load_inline", failing_build)
     monkeypatch.setattr(cpp_extension, "load", ok_build)
+    monkeypatch.setattr(worker, "_FAILED_BUILDS", {})
+    monkeypatch.setattr(worker, "_FAILED_BUILD_NAMES", {})
     worker.remember_failed_extension_builds()
     for _ in range(3):
         with pytest.raises(RuntimeError, match="Error building"):
@@ -442,3 +444,36 @@ def test_extension_builds_release_the_gpu_lock(monkeypatch):
     events.clear()
     cpp_extension._write_ninja_file_and_build_library("x")
     assert events == ["nvcc"]
+
+
+def test_a_failed_extension_build_is_flagged_on_the_result(monkeypatch):
+    """Custom code that catches its own build failure and falls back still gets a flag."""
+    from torch.utils import cpp_extension
+
+    from l1bench import worker
+
+    monkeypatch.setattr(worker, "_FAILED_BUILDS", {})
+    monkeypatch.setattr(worker, "_FAILED_BUILD_NAMES", {})
+
+    def failing_build(name, cpp_sources, **kwargs):
+        raise RuntimeError(
+            f"Error building extension '{name}': [1/2] g++ ...\n"
+            "main.cpp:4:56: error: 'fused' was not declared in this scope\nninja: build stopped"
+        )
+
+    monkeypatch.setattr(cpp_extension, "load_inline", failing_build)
+    job = {"kind": "check", "tid": "L2_T030"}
+    assert worker.note_extension_failures(worker.result(job, "pass"))["flags"] == []  # nothing failed yet
+    worker.remember_failed_extension_builds()
+    try:  # what a snippet with a fallback does
+        cpp_extension.load_inline(name="fused_ext", cpp_sources="...")
+    except RuntimeError:
+        pass
+    res = worker.note_extension_failures(worker.result(job, "pass"))
+    assert res["extension_failures"] == [
+        {"extension": "fused_ext", "error": "main.cpp:4:56: error: 'fused' was not declared in this scope"}
+    ]
+    assert [f["flag"] for f in res["flags"]] == ["EXTENSION_BUILD_FAILED"]
+    assert "fused_ext" in res["flags"][0]["reason"] and "fallback" in res["flags"][0]["reason"]
+    build = worker.note_extension_failures(worker.result({"kind": "build", "tid": "L2_T030"}, "ok"))
+    assert "flags" not in build and build["extension_failures"][0]["extension"] == "fused_ext"

@@ -60,6 +60,9 @@ DETECTOR_ERROR = "DETECTOR_ERROR"
 EVENT_SYNC_MISMATCH = "EVENT_SYNC_MISMATCH"
 #: (strict timing) speedup depends on data left in L2 between calls.
 L2_RESIDENT = "L2_RESIDENT"
+#: The custom code's own C++/CUDA extension does not compile; it ran on its fallback (set by
+#: the worker from the failed builds it saw, l1bench.worker.note_extension_failures).
+EXTENSION_BUILD_FAILED = "EXTENSION_BUILD_FAILED"
 
 ALL_FLAGS = (
     LAZY,
@@ -77,6 +80,7 @@ ALL_FLAGS = (
     DETECTOR_ERROR,
     EVENT_SYNC_MISMATCH,
     L2_RESIDENT,
+    EXTENSION_BUILD_FAILED,
 )
 
 #: Defaults of the ``cfg`` keys read by :func:`run_detectors`.

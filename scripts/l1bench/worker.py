@@ -28,7 +28,7 @@ import time
 import traceback
 from pathlib import Path
 
-from l1bench import gpulock, provenance
+from l1bench import detectors, gpulock, provenance
 from l1bench.io import atomic_write_text
 from l1bench.release import BASELINE_SNIPPET
 from l1bench.snippet import (
@@ -755,6 +755,40 @@ def builds_extensions(source: str) -> bool:
     return any(m in source for m in EXTENSION_MARKERS)
 
 
+#: Extension builds that failed in this process (key: sources and flags), and their names.
+_FAILED_BUILDS: dict = {}
+_FAILED_BUILD_NAMES: dict = {}
+#: Flag of a check/time result whose custom code could not build its own extension: the code
+#: ran (and was timed) without it, on whatever fallback it has.
+EXTENSION_BUILD_FAILED = detectors.EXTENSION_BUILD_FAILED
+
+
+def extension_build_failures() -> list[dict]:
+    """The extension builds that failed in this process: name and the compiler's first error."""
+    out = []
+    for key, err in _FAILED_BUILDS.items():
+        text = str(err)
+        lines = [ln.strip() for ln in text.splitlines() if "error" in ln.lower()]
+        first = next((ln for ln in lines if "error:" in ln), lines[0] if lines else text)
+        out.append({"extension": _FAILED_BUILD_NAMES.get(key, "?"), "error": short(first, 200)})
+    return out
+
+
+def note_extension_failures(res: dict) -> dict:
+    """Record failed extension builds in a result; on a check or time result also as a flag."""
+    failures = extension_build_failures()
+    if not failures:
+        return res
+    res["extension_failures"] = failures
+    if res.get("kind") in ("check", "time") and res.get("status") != "no_code":
+        names = ", ".join(sorted({f["extension"] for f in failures}))
+        reason = f"the custom code's extension {names} does not build ({failures[0]['error']}); what ran is its fallback"
+        flags = res.setdefault("flags", [])
+        if not any(isinstance(f, dict) and f.get("flag") == EXTENSION_BUILD_FAILED for f in flags):
+            flags.append({"flag": EXTENSION_BUILD_FAILED, "reason": short(reason, 200)})
+    return res
+
+
 def remember_failed_extension_builds() -> None:
     """Make a repeated ``load_inline``/``load`` call that failed before fail again at once.
 
@@ -768,7 +802,7 @@ def remember_failed_extension_builds() -> None:
 
     from torch.utils import cpp_extension
 
-    failed: dict = {}
+    failed = _FAILED_BUILDS
 
     def remembering(fn):
         def call(*args, **kwargs):
@@ -783,6 +817,7 @@ def remember_failed_extension_builds() -> None:
             except Exception as err:
                 if key is not None:
                     failed[key] = err
+                    _FAILED_BUILD_NAMES[key] = str(kwargs.get("name") or (args[0] if args else "?"))
                 raise
 
         call.__wrapped__ = fn
@@ -851,6 +886,7 @@ def run(job: dict) -> dict:
             res = KINDS[job["kind"]](job, meta, snippets)
     except SnippetError as err:
         res = result(job, err.status, err.reason)
+    note_extension_failures(res)
     res["snippet_sha256"] = {k: sha256_text(v) for k, v in snippets.items()}
     res["params"] = job.get("params", {})
     res["provenance"] = provenance.environment(job["device"]) | {
