@@ -201,6 +201,9 @@ def aggregate_inputs():
         "time": pick(task_paths("time")),
         # CPU scan for degenerate references (constant or zero output)
         "scan": pick([f"{RES}/reference_scan.json"]),
+        # committed annotation of results made before the worker recorded failed
+        # extension builds itself (read when present)
+        "extension_failures": existing([f"{RES}/extension_failures.json"]),
     }
 
 

@@ -686,3 +686,27 @@ def test_scan_flags():
     df = pd.DataFrame({"tid": ["L2_T083", "L1_T001"], "flags": ["", "LAZY"]})
     out = add_scan_flags(df, {"L2_T083": {"verdict": "zero"}, "L1_T001": {"verdict": "ok"}})
     assert list(out["flags"]) == ["DEGENERATE_TASK", "LAZY"]
+
+
+def test_extension_flags_from_an_annotation_file():
+    import pandas as pd
+
+    from l1bench.aggregate import add_extension_flags
+
+    df = pd.DataFrame(
+        {
+            "tid": ["L1_T005", "L1_T005", "L1_T008", "L1_T012", "L1_T013"],
+            "status": ["ok", "ok", "no_code", "ok", "ok"],
+            "flags": ["", "EXTENSION_BUILD_FAILED", "", "LAZY", ""],
+        }
+    )
+    notes = {"tasks": {"L1_T005": {"extension": "x"}, "L1_T008": {}, "L1_T012": {}}}
+    out = add_extension_flags(df, notes)
+    assert list(out["flags"]) == [
+        "EXTENSION_BUILD_FAILED",
+        "EXTENSION_BUILD_FAILED",  # already there: not twice
+        "",  # no code: nothing was built
+        "LAZY;EXTENSION_BUILD_FAILED",
+        "",  # not listed
+    ]
+    assert add_extension_flags(df, {}) is df

@@ -152,6 +152,18 @@ def add_ceiling_flags(df: pd.DataFrame, ceiling: float | None) -> pd.DataFrame:
     return _append_flag(df, pd.to_numeric(df["measured"], errors="coerce") > ceiling, "SPEEDUP_CEILING")
 
 
+def add_extension_flags(df: pd.DataFrame, annotations: dict) -> pd.DataFrame:
+    """EXTENSION_BUILD_FAILED on every row (with code) of a task listed in ``annotations``
+    (``{"tasks": {tid: {...}}}``, e.g. ``extension_failures.json``) that lacks it."""
+    tids = set((annotations or {}).get("tasks", {}))
+    if df.empty or not tids:
+        return df
+    name = "EXTENSION_BUILD_FAILED"
+    has = df["flags"].fillna("").astype(str).str.split(";").apply(lambda fl: name in fl)
+    rows = df["tid"].isin(tids) & (df["status"] != "no_code") & (df["status"] != "missing") & ~has
+    return _append_flag(df, rows, name)
+
+
 def add_scan_flags(df: pd.DataFrame, scan: dict) -> pd.DataFrame:
     """DEGENERATE_TASK on every row of a task whose reference output is constant or zero."""
     bad = {tid for tid, r in scan.items() if r.get("verdict") in ("zero", "constant")}
