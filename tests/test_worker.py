@@ -477,3 +477,35 @@ def test_a_failed_extension_build_is_flagged_on_the_result(monkeypatch):
     assert "fused_ext" in res["flags"][0]["reason"] and "fallback" in res["flags"][0]["reason"]
     build = worker.note_extension_failures(worker.result({"kind": "build", "tid": "L2_T030"}, "ok"))
     assert "flags" not in build and build["extension_failures"][0]["extension"] == "fused_ext"
+
+
+def test_warm_up_keeps_the_harness_call_sequence_when_the_first_call_was_made():
+    from l1bench import worker
+
+    calls = []
+    base = lambda *a: calls.append("base")  # noqa: E731
+    custom = lambda *a: calls.append("custom")  # noqa: E731
+    worker.warm_up(base, custom, (), 3, "cpu")
+    assert calls == ["base", "custom"] * 3
+    calls.clear()
+    calls.append("base")  # made between the GPU sections
+    worker.warm_up(base, custom, (), 3, "cpu", first_base_done=True)
+    assert calls == ["base", "custom"] * 3
+
+
+@pytest.mark.parametrize("unlocked", [True, False])
+def test_compile_mode_first_call_of_each_trial_outside_the_section(tasks, tmp_path, unlocked):
+    check = write(tmp_path, "c.json", {"kind": "check", "status": "pass", "reason": ""})
+    res = run(
+        tasks,
+        tmp_path,
+        "L1_T001",
+        "time",
+        check_result=check,
+        mode="torch_compile",
+        protocol="paper",
+        compile_first_call_unlocked=unlocked,
+    )
+    assert res["status"] == "ok" and [len(r) for r in res["ref_ms"]] == [3, 3]
+    assert res["compile_first_call_unlocked"] is unlocked
+    assert ("first compiled call (unlocked, graphs locked)" in res["phases"]) is unlocked
