@@ -37,3 +37,23 @@ rule aggregate_results:
         ceiling=config["detectors"]["speedup_ceiling"],
     script:
         "../scripts/aggregate_results.py"
+
+
+# A task selection (config slice_reports: YAML files with a tasks: list) measured next to
+# published in every mode, strict next to paper, with the flags (l1bench.compare).
+rule slice_report:
+    input:
+        scores=f"{RES}/scores.csv",
+        tasks=lambda w: slice_reports()[w.name],
+    output:
+        f"{RES}/slices/{{name}}.md",
+    log:
+        f"logs/{DEVICE}/slice_report/{{name}}.log",
+    conda:
+        "../envs/environment.yaml"
+    params:
+        script=f"{workflow.basedir}/scripts/l1bench/compare.py",
+        tolerance=0.15,
+    shell:
+        "python {params.script} slice {input.scores} {input.tasks}"
+        " --tol {params.tolerance} --title {wildcards.name} --out {output} 2> {log}"

@@ -216,10 +216,21 @@ def all_targets():
     return results + report_outputs()
 
 
+def slice_reports():
+    """{name: task-list file} of config ``slice_reports`` (name = the file's stem)."""
+    out = {}
+    for path in config["slice_reports"]:
+        if not Path(path).is_file():
+            raise WorkflowError(f"config slice_reports: {path}: no such file")
+        out[Path(path).stem] = path
+    return out
+
+
 def report_outputs():
     names = ["scores.csv", "summary.md", "per_task.md", "README.md"]
     figs = ["figures/measured_vs_published.png", "figures/ratio_hist.png"]
-    return [f"{RES}/{n}" for n in names + figs]
+    slices = [f"slices/{name}.md" for name in slice_reports()]
+    return [f"{RES}/{n}" for n in names + figs + slices]
 
 
 def evaluation_params(kind):
