@@ -35,6 +35,7 @@ rule aggregate_results:
     params:
         device=DEVICE,
         ceiling=config["detectors"]["speedup_ceiling"],
+        slices=list(slice_reports()),
     script:
         "../scripts/aggregate_results.py"
 

@@ -32,6 +32,13 @@ def _package_dir(smk) -> Path:
     return Path(__file__).resolve().parent
 
 
+#: Hand-written notes beside the generated report, linked when present.
+NOTES = {
+    "Run notes: what ran, its cost, findings (RUN_NOTES.md)": "RUN_NOTES.md",
+    "Custom extensions that do not build (extension_failures.md)": "extension_failures.md",
+}
+
+
 def _as_list(x):
     if x is None:
         return []
@@ -73,6 +80,7 @@ def main(smk):
     agg.plot_ratio_hist(df, out.ratios)
 
     report_dir = Path(out.report).parent
+    slices = list(smk.params.get("slices") or [])
     rel = lambda p: agg.relpath(p, report_dir)  # noqa: E731
     prov = {"device": device, **{k: v for k, v in agg.provenance_from_df(df).items() if k != "device"}}
     text = agg.render_report(
@@ -86,6 +94,8 @@ def main(smk):
             "Summary statistics, published next to measured (summary.md)": rel(out.summary),
             "Per-task results, largest disagreements first (per_task.md)": rel(out.per_task),
             "All scores, one row per task × mode × protocol (scores.csv)": rel(out.csv),
+            **{f"Task selection {name} (slices/{name}.md)": f"slices/{name}.md" for name in slices},
+            **{text: name for text, name in NOTES.items() if (report_dir / name).is_file()},
         },
     )
     atomic_write_text(out.report, text)
