@@ -7,7 +7,6 @@ reference runs in a child process with a timeout, on a few random inputs.
     python scripts/scan_references.py results/h100/tasks --out results/h100/reference_scan.json
 """
 
-from __future__ import annotations
 
 import argparse
 import json

@@ -142,6 +142,27 @@ def test_gpu_release_without_gpu_stops_before_any_job(tmp_path, release_dir):
     assert dry.returncode == 0 and "time_task" in dry.stdout
 
 
+def test_results_decided_without_a_gpu_fill_in_on_a_cpu_machine(tmp_path, release_dir):
+    """A task without code needs no GPU: device=h100 completes it here, every stage no_code."""
+    for name in ("Snakefile", "rules", "scripts", "config", "profiles", "envs"):
+        src = ROOT / name
+        (shutil.copytree if src.is_dir() else shutil.copy)(src, tmp_path / name)
+    cmd = SNAKEMAKE + ["--cores", "1", "--config", "device=h100", f"release_dir={release_dir}", 'tasks=["1/8"]']
+    proc = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    res = tmp_path / "results/h100"
+    statuses = {json.loads(p.read_text())["status"] for p in res.glob("time/paper/*/L1_T008.json")}
+    assert statuses == {"no_code"} and len(list(res.glob("time/paper/*/L1_T008.json"))) == 5
+    assert json.loads((res / "check/L1_T008.json").read_text())["provenance"]["worker"] is False
+
+
+def test_a_missing_slice_report_file_is_one_clear_line(tmp_path):
+    cmd = SNAKEMAKE + ["-n", "--config", "device=demo", 'slice_reports=["nope/tasks.yaml"]']
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert proc.returncode != 0
+    assert "config slice_reports: nope/tasks.yaml: no such file" in proc.stdout + proc.stderr
+
+
 def test_bad_release_stops_with_one_line_and_writes_nothing(tmp_path):
     for name in ("Snakefile", "rules", "scripts", "config", "profiles", "envs"):
         src = ROOT / name
