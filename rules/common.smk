@@ -14,7 +14,7 @@ from l1bench import fetch  # noqa: E402
 
 
 def _normalise_cli_booleans(cfg):
-    """--config key=true arrives as the string "true": make it a boolean before validation."""
+    """--config values as the command line gives them, typed as the schema wants (before validation)."""
     for key in ("aggregate_only",):
         val = cfg.get(key)
         if isinstance(val, str) and val.lower() in (
@@ -26,6 +26,9 @@ def _normalise_cli_booleans(cfg):
             "no",
         ):
             cfg[key] = val.lower() in ("true", "1", "yes")
+    # --config device=3090 arrives as the integer 3090: the release names are strings
+    if isinstance(cfg.get("device"), int) and not isinstance(cfg.get("device"), bool):
+        cfg["device"] = str(cfg["device"])
 
 
 _normalise_cli_booleans(config)

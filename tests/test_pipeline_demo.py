@@ -156,6 +156,18 @@ def test_results_decided_without_a_gpu_fill_in_on_a_cpu_machine(tmp_path, releas
     assert json.loads((res / "check/L1_T008.json").read_text())["provenance"]["worker"] is False
 
 
+def test_every_release_plans_from_the_command_line(tmp_path, release_dir):
+    """device=3090 arrives from --config as an integer; every release plans all its jobs."""
+    for name in ("Snakefile", "rules", "scripts", "config", "profiles", "envs"):
+        src = ROOT / name
+        (shutil.copytree if src.is_dir() else shutil.copy)(src, tmp_path / name)
+    for device in ("3090", "a100"):
+        cmd = SNAKEMAKE + ["-n", "-q", "rules", "--config", f"device={device}", f"release_dir={release_dir}"]
+        proc = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 0, proc.stdout[-1500:] + proc.stderr[-1500:]
+        assert re.search(r"time_task\s+1250", proc.stdout + proc.stderr)
+
+
 def test_a_missing_slice_report_file_is_one_clear_line(tmp_path):
     cmd = SNAKEMAKE + ["-n", "--config", "device=demo", 'slice_reports=["nope/tasks.yaml"]']
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300)
