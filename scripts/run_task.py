@@ -53,9 +53,9 @@ def make_job(smk) -> dict:
         job["mode"] = smk.wildcards.mode
         job["protocol"] = smk.wildcards.protocol
         job["strict"] = p.strict
-        # lock policy, not protocol: read from the config, so changing it re-times nothing
-        lock_cfg = (getattr(smk, "config", None) or {}).get("gpu_lock") or {}
-        job["compile_first_call_unlocked"] = bool(lock_cfg.get("compile_first_call_unlocked", True))
+        # how the GPU lock is shared (config gpu_lock), not a protocol parameter
+        policy = getattr(p, "lock_policy", None) or {}
+        job["compile_first_call_unlocked"] = bool(policy.get("compile_first_call_unlocked", True))
     return job
 
 
