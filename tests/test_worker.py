@@ -391,7 +391,7 @@ def test_failed_extension_builds_are_not_retried(monkeypatch):
             cpp_extension.load_inline("x", "int f();", verbose=False)
     assert calls == ["x"]  # built once, the same failure re-raised after
     with pytest.raises(RuntimeError):
-        cpp_extension.load_inline("y", "int f();")  # other sources: built again
+        cpp_extension.load_inline("y", "int g();")  # other sources: built again
     assert calls == ["x", "y"]
     assert cpp_extension.load("z") == cpp_extension.load("z") == "module" and calls.count("ok") == 2
     worker.remember_failed_extension_builds()  # idempotent: not wrapped twice
@@ -509,3 +509,42 @@ def test_compile_mode_first_call_of_each_trial_outside_the_section(tasks, tmp_pa
     assert res["status"] == "ok" and [len(r) for r in res["ref_ms"]] == [3, 3]
     assert res["compile_first_call_unlocked"] is unlocked
     assert ("first compiled call (unlocked, graphs locked)" in res["phases"]) is unlocked
+
+
+def test_a_compile_error_is_remembered_across_processes(monkeypatch, tmp_path):
+    """A snippet that names its extension after the process id fails once per task, not once
+    per job: the compiler error is kept in the task's extension folder."""
+    from torch.utils import cpp_extension
+
+    from l1bench import worker
+
+    calls = []
+
+    def failing_build(name, cpp_sources, **kwargs):
+        calls.append(name)
+        raise RuntimeError(f"Error building extension '{name}': main.cpp:3:1: error: 'f' was not declared")
+
+    monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path))
+    monkeypatch.setattr(cpp_extension, "load_inline", failing_build)
+    monkeypatch.setattr(worker, "_FAILED_BUILDS", {})
+    monkeypatch.setattr(worker, "_FAILED_BUILD_NAMES", {})
+    worker.remember_failed_extension_builds()
+    with pytest.raises(RuntimeError, match="not declared"):
+        cpp_extension.load_inline(name="ext_1111", cpp_sources="int f();")
+    assert len(list((tmp_path / "failed-builds").glob("*.txt"))) == 1
+    monkeypatch.setattr(worker, "_FAILED_BUILDS", {})  # a new process of the same task
+    with pytest.raises(RuntimeError, match="not declared"):
+        cpp_extension.load_inline(name="ext_2222", cpp_sources="int f();")
+    assert calls == ["ext_1111"]  # the compiler ran once
+    assert worker.extension_build_failures()[0]["extension"] == "ext_2222"
+    # a failure that is not a compiler error (killed, out of memory) is not kept on disk
+    monkeypatch.setattr(worker, "_FAILED_BUILDS", {})
+
+    def killed(name, cpp_sources, **kwargs):
+        raise RuntimeError("Error building extension 'k': ninja: build stopped: interrupted by user")
+
+    monkeypatch.setattr(cpp_extension, "load_inline", killed)
+    worker.remember_failed_extension_builds()
+    with pytest.raises(RuntimeError):
+        cpp_extension.load_inline(name="k", cpp_sources="int h();")
+    assert len(list((tmp_path / "failed-builds").glob("*.txt"))) == 1

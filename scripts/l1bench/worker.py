@@ -410,7 +410,7 @@ def do_build(job: dict, meta: dict, snippets: dict) -> dict:
         except Exception as err:  # noqa: BLE001 - not a verdict: the GPU check decides
             construct_note = f"construction on CPU failed (checked again on the device): {short(err, 160)}"
     ext_dir = Path(job["ext_dir"])
-    built = sorted(p.name for p in ext_dir.iterdir() if p.is_dir()) if ext_dir.is_dir() else []
+    built = sorted(p.name for p in ext_dir.iterdir() if p.is_dir() and p.name != "failed-builds") if ext_dir.is_dir() else []
     return result(
         job,
         "ok",
@@ -816,35 +816,62 @@ def note_extension_failures(res: dict) -> dict:
     return res
 
 
+def _build_key(args, kwargs) -> str | None:
+    """A failing build's identity: its sources and flags, without the extension's name (some
+    snippets name it after the process id, so every process would otherwise retry it)."""
+    import hashlib
+
+    kw = sorted((k, v) for k, v in kwargs.items() if k not in ("name", "verbose"))
+    rest = args[1:] if args and "name" not in kwargs else args
+    try:
+        return hashlib.sha256(repr((rest, kw)).encode()).hexdigest()
+    except Exception:  # noqa: BLE001 - unrepresentable arguments: no memory
+        return None
+
+
+def _is_compile_error(err: Exception) -> bool:
+    """A deterministic failure: the compiler rejected the sources (not a kill or a timeout)."""
+    text = str(err)
+    return "Error building extension" in text and "error" in text.split("Error building extension", 1)[1].lower()
+
+
+def _failed_builds_dir() -> Path | None:
+    root = os.environ.get("TORCH_EXTENSIONS_DIR")
+    return Path(root) / "failed-builds" if root else None
+
+
 def remember_failed_extension_builds() -> None:
     """Make a repeated ``load_inline``/``load`` call that failed before fail again at once.
 
-    Some snippets build their extension lazily, in ``forward`` or ``__init__``, and fall back
-    to PyTorch when the build fails; every new instance then retries the same failing build
-    (about 10 s of compiler time each, inside the GPU section). The same sources and flags
-    fail the same way, so the first failure is re-raised instead. Successful builds are
-    cached by torch itself.
+    Some snippets build their extension lazily, in ``forward`` or ``__init__``, or under a
+    per-process name, and fall back to PyTorch when the build fails; every new instance or
+    process then retries the same failing build (10–60 s of compiler time each). The same
+    sources and flags fail the same way, so the first failure is re-raised instead: within the
+    process for any failure, and across the task's processes (a file in its extension folder,
+    ``failed-builds/``) for compiler errors. Successful builds are cached by torch itself.
     """
-    import hashlib
-
     from torch.utils import cpp_extension
-
-    failed = _FAILED_BUILDS
 
     def remembering(fn):
         def call(*args, **kwargs):
-            try:
-                key = hashlib.sha256(repr((args, sorted(kwargs.items()))).encode()).hexdigest()
-            except Exception:  # noqa: BLE001 - unrepresentable arguments: no memory
-                key = None
+            failed = _FAILED_BUILDS  # looked up per call (tests replace it)
+            key = _build_key(args, kwargs)
+            name = str(kwargs.get("name") or (args[0] if args else "?"))
             if key in failed:
                 raise failed[key]
+            memo = _failed_builds_dir()
+            if key is not None and memo is not None and (memo / f"{key}.txt").is_file():
+                err = RuntimeError((memo / f"{key}.txt").read_text())
+                failed[key], _FAILED_BUILD_NAMES[key] = err, name
+                raise err
             try:
                 return fn(*args, **kwargs)
             except Exception as err:
                 if key is not None:
-                    failed[key] = err
-                    _FAILED_BUILD_NAMES[key] = str(kwargs.get("name") or (args[0] if args else "?"))
+                    failed[key], _FAILED_BUILD_NAMES[key] = err, name
+                    if memo is not None and _is_compile_error(err):
+                        memo.mkdir(parents=True, exist_ok=True)
+                        atomic_write_text(memo / f"{key}.txt", str(err))
                 raise
 
         call.__wrapped__ = fn
