@@ -509,6 +509,8 @@ def test_compile_mode_first_call_of_each_trial_outside_the_section(tasks, tmp_pa
     assert res["status"] == "ok" and [len(r) for r in res["ref_ms"]] == [3, 3]
     assert res["compile_first_call_unlocked"] is unlocked
     assert ("first compiled call (unlocked, graphs locked)" in res["phases"]) is unlocked
+    # the unlocked first call runs the same (no-grad) graph: no recompilation for it
+    assert res["compiled_graphs"] == 1
 
 
 def test_a_compile_error_is_remembered_across_processes(monkeypatch, tmp_path):

@@ -503,6 +503,8 @@ _BACKENDS: dict = {}
 #: (device, job, stats) of the running job: the lock a compiled graph takes when it is called
 #: outside a GPU section (the first, compiling call of the compile modes).
 _JOB_LOCK: list = []
+#: Graphs compiled by this process's compile backend (1 per graph; more means recompilation).
+_COMPILED_GRAPHS = [0]
 
 
 def compile_backend(mode: str):
@@ -533,6 +535,7 @@ def compile_backend(mode: str):
                 __name__ = "inductor"  # what torch.compile's backend wrapper reports it as
 
                 def __call__(self, model_, inputs_, **kwargs):
+                    _COMPILED_GRAPHS[0] += 1  # every (re)compilation: recorded on the result
                     with gpulock.DeviceLock.pause_current():
                         compiled = super().__call__(model_, inputs_, **kwargs)
 
@@ -705,7 +708,11 @@ def do_time(job: dict, meta: dict, snippets: dict) -> dict:
                 base, custom = on_device(base_cpu, custom_cpu, seed, init_inputs)
                 streams = find_model_streams(custom) if wait_for_streams else []
                 warm_inputs = make_inputs(get_inputs, device, on_dev)
-            with phase(stats, "first compiled call (unlocked, graphs locked)"), guarded("warm-up", "runtime_error"):
+            with (
+                phase(stats, "first compiled call (unlocked, graphs locked)"),
+                guarded("warm-up", "runtime_error"),
+                torch.no_grad(),  # as inside a section: the graph must be the no-grad one
+            ):
                 base(*warm_inputs)
         with gpu_section():
             if not first_unlocked:
@@ -734,6 +741,8 @@ def do_time(job: dict, meta: dict, snippets: dict) -> dict:
         if p.get("early_stop_below") is not None and trial_score < p["early_stop_below"]:
             break
     clocks_after = provenance.clocks(device)
+    if mode in COMPILE_MODES:
+        stats["compiled_graphs"] = _COMPILED_GRAPHS[0]
     scores = timings["trial_scores"]
     stopped = len(scores) < p["outer_trials"]
     return result(
