@@ -10,7 +10,15 @@ configfile: "config/config.yaml"
 
 include: "rules/common.smk"
 include: "rules/release.smk"
-include: "rules/evaluate.smk"
+
+
+# aggregate_only: result files are plain inputs, never outputs of a rule, so no change of
+# parameters, code or metadata can plan an evaluation job.
+if not config["aggregate_only"]:
+
+    include: "rules/evaluate.smk"
+
+
 include: "rules/aggregate.smk"
 
 

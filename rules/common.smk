@@ -207,6 +207,8 @@ def aggregate_inputs():
         # committed annotation of results made before the worker recorded failed
         # extension builds itself (read when present)
         "extension_failures": existing([f"{RES}/extension_failures.json"]),
+        # committed list of flags a later detector fix showed to be false (read when present)
+        "withdrawn_flags": existing([f"{RES}/withdrawn_flags.json"]),
     }
 
 

@@ -70,7 +70,6 @@ rule time_task:
         backend="cpu" if IS_DEMO else "cuda",
         protocol_params=evaluation_params("time"),
         strict=strict_params,
-        lock_policy=config["gpu_lock"],
         ext_dir=lambda w: f"{RES}/build/ext/{w.tid}",
         timeout=timeout("time"),
         section_timeout=timeout("gpu_section"),

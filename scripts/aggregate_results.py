@@ -67,6 +67,8 @@ def main(smk):
         df = agg.add_scan_flags(df, json.loads(Path(scan).read_text()))
     for note in _as_list(smk.input.get("extension_failures")):
         df = agg.add_extension_flags(df, json.loads(Path(note).read_text()))
+    for note in _as_list(smk.input.get("withdrawn_flags")):
+        df = agg.withdraw_flags(df, json.loads(Path(note).read_text()))
     if len(df) and "device" in df:
         df["device"] = df["device"].fillna(device)
     log.info("loaded %d rows (%d tasks)", len(df), df["tid"].nunique() if len(df) else 0)

@@ -53,9 +53,6 @@ def make_job(smk) -> dict:
         job["mode"] = smk.wildcards.mode
         job["protocol"] = smk.wildcards.protocol
         job["strict"] = p.strict
-        # how the GPU lock is shared (config gpu_lock), not a protocol parameter
-        policy = getattr(p, "lock_policy", None) or {}
-        job["compile_first_call_unlocked"] = bool(policy.get("compile_first_call_unlocked", True))
     return job
 
 

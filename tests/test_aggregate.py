@@ -710,3 +710,15 @@ def test_extension_flags_from_an_annotation_file():
         "",  # not listed
     ]
     assert add_extension_flags(df, {}) is df
+
+
+def test_withdrawn_flags_leave_the_tables_only_for_the_listed_tasks():
+    import pandas as pd
+
+    from l1bench.aggregate import withdraw_flags
+
+    df = pd.DataFrame({"tid": ["L1_T095", "L1_T095", "L2_T080"], "flags": ["DEGENERATE_TASK;SAME_STORAGE", "DEGENERATE_TASK", "DEGENERATE_TASK"]})
+    out = withdraw_flags(df, {"tasks": {"L1_T095": {"DEGENERATE_TASK": "scalar loss"}}})
+    assert list(out["flags"]) == ["SAME_STORAGE", "", "DEGENERATE_TASK"]
+    assert list(df["flags"])[0] == "DEGENERATE_TASK;SAME_STORAGE"  # the input is not changed
+    assert withdraw_flags(df, {}) is df

@@ -349,3 +349,17 @@ def test_batchnorm_folded_custom_is_not_a_mismatch():
 
     res = run_detectors(Ref, Folded, lambda: [torch.randn(16, 8) * 3 + 1], lambda: [], "cpu", {"n_calls": 2})
     assert "OUTPUT_MISMATCH" not in res["details"]["flag_names"], res["flags"]
+
+
+def test_a_scalar_loss_that_follows_its_inputs_is_not_degenerate():
+    """0-d outputs are trivially 'constant within themselves': only the same value for every
+    input makes a task degenerate (measured false positive: L1_T095, L1_T096, L1_T100)."""
+    digests = [("a",), ("b",), ("c",)]
+    losses = [torch.tensor(2.7429), torch.tensor(2.7272), torch.tensor(2.7511)]
+    assert detectors.check_degenerate(losses, digests) == []
+    zeros = [torch.zeros(()), torch.zeros(()), torch.zeros(())]
+    assert detectors.flag_names(detectors.check_degenerate(zeros, digests)) == [detectors.DEGENERATE_TASK]
+    filled = [torch.full((4, 4), 1.5), torch.full((4, 4), 1.5), torch.full((4, 4), 1.5)]
+    assert detectors.flag_names(detectors.check_degenerate(filled, digests)) == [detectors.DEGENERATE_TASK]
+    per_input = [torch.full((4,), v) for v in (0.1, 0.2, 0.3)]  # one number per input: information
+    assert detectors.check_degenerate(per_input, digests) == []

@@ -106,6 +106,13 @@ def test_aggregate_only_renders_partial_results(demo_run):
     assert (res / "figures/measured_vs_published.png").stat().st_size > 1000
     csv = (res / "scores.csv").read_text()
     assert "L1_T005" in csv and "missing" in csv
+    # a changed rule parameter makes the recorded jobs outdated, yet aggregate_only plans none
+    (work / "changed.yaml").write_text("timeouts:\n  demo: 80\n")
+    changed = ["--configfile", "changed.yaml"]
+    dry = snakemake(work, "-n", *changed, check=0)
+    assert "Params have changed" in dry.stdout + dry.stderr
+    only = job_counts(snakemake(work, "aggregate_only=true", "-n", *changed, check=0).stdout)
+    assert not {"build_task", "check_task", "time_task"} & set(only)
 
 
 def test_fresh_clone_with_results_plans_no_evaluation(demo_run, tmp_path):

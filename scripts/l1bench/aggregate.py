@@ -164,6 +164,21 @@ def add_extension_flags(df: pd.DataFrame, annotations: dict) -> pd.DataFrame:
     return _append_flag(df, rows, name)
 
 
+def withdraw_flags(df: pd.DataFrame, withdrawn: dict) -> pd.DataFrame:
+    """Leave out flags listed in ``withdrawn`` (``{"tasks": {tid: {flag: reason}}}``, e.g.
+    ``withdrawn_flags.json``): flags a later detector fix showed to be false on results made
+    before it. The raw result files keep them."""
+    tasks = (withdrawn or {}).get("tasks", {})
+    if df.empty or not tasks:
+        return df
+    df = df.copy()
+    flags = df["flags"].fillna("").astype(str)
+    for i in df.index[df["tid"].isin(tasks)]:
+        drop = set(tasks[df.at[i, "tid"]])
+        df.at[i, "flags"] = ";".join(f for f in flags[i].split(";") if f and f not in drop)
+    return df
+
+
 def add_scan_flags(df: pd.DataFrame, scan: dict) -> pd.DataFrame:
     """DEGENERATE_TASK on every row of a task whose reference output is constant or zero."""
     bad = {tid for tid, r in scan.items() if r.get("verdict") in ("zero", "constant")}

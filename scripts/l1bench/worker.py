@@ -503,6 +503,8 @@ _BACKENDS: dict = {}
 #: (device, job, stats) of the running job: the lock a compiled graph takes when it is called
 #: outside a GPU section (the first, compiling call of the compile modes).
 _JOB_LOCK: list = []
+#: Environment switch of the compile modes' unlocked first call per outer trial (default on).
+FIRST_CALL_ENV = "L1BENCH_COMPILE_FIRST_CALL_UNLOCKED"
 #: Graphs compiled by this process's compile backend (1 per graph; more means recompilation).
 _COMPILED_GRAPHS = [0]
 
@@ -695,7 +697,10 @@ def do_time(job: dict, meta: dict, snippets: dict) -> dict:
     # A rebuilt compiled model's first call may recompile: dynamo's tracing would hold the
     # lock (inductor's code generation lets go of it). Made between two GPU sections, only
     # its graphs take the lock; the calls and their order are the harness's.
-    first_unlocked = mode in COMPILE_MODES and bool(job.get("compile_first_call_unlocked")) and p["warmup"] > 0
+    # A lock policy, not a protocol parameter: set by the environment (L1BENCH_COMPILE_FIRST_CALL_
+    # UNLOCKED=0 turns it off), so changing it never re-times a result.
+    unlocked = job.get("compile_first_call_unlocked", os.environ.get(FIRST_CALL_ENV, "1") != "0")
+    first_unlocked = mode in COMPILE_MODES and bool(unlocked) and p["warmup"] > 0
     if mode in COMPILE_MODES:
         stats["compile_first_call_unlocked"] = first_unlocked
     timings: dict = {"ref_ms": [], "custom_ms": [], "trial_scores": []}
