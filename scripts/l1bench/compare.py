@@ -21,29 +21,27 @@ import sys
 from pathlib import Path
 
 import pandas as pd
-from tabulate import tabulate
 
-MODES = ["default", "torch_compile", "torch_compile_reduce_overhead", "cuda_graph", "cudnn"]
-MODE_LABELS = {
-    "default": "Default",
-    "torch_compile": "Torch Compile",
-    "torch_compile_reduce_overhead": "Torch Compile RO",
-    "cuda_graph": "CUDA Graph",
-    "cudnn": "cuDNN",
-}
-NA = "—"
+if __package__ in (None, ""):  # run as a script: make the l1bench package importable
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from l1bench import release as rel  # noqa: E402
+from l1bench.aggregate import MODE_LABELS, NA, md_table  # noqa: E402
+from l1bench.aggregate import fmt as _fmt  # noqa: E402
+from l1bench.io import atomic_write_text  # noqa: E402
+
+MODES = list(rel.MODES)
 
 
 def tid_of(task: str) -> str:
     """``"1/19"`` or ``"L1_T019"`` → ``"L1_T019"``; anything else is a clear error."""
     task = str(task).strip()
-    if "/" in task:
-        level, number = task.split("/", 1)
-        if level.isdigit() and number.isdigit():
-            return f"L{int(level)}_T{int(number):03d}"
-    elif task.startswith("L") and "_T" in task:
-        return task
-    raise ValueError(f"task {task!r}: expected LEVEL/NUMBER (e.g. 1/19) or a task id (L1_T019)")
+    try:
+        if "/" in task:
+            return rel.task_id(*rel.parse_task_selector(task))
+        return rel.task_id(*rel.parse_task_id(task))
+    except (rel.ReleaseError, ValueError):
+        raise ValueError(f"task {task!r}: expected LEVEL/NUMBER (e.g. 1/19) or a task id (L1_T019)") from None
 
 
 def load_task_list(path) -> list[str]:
@@ -62,11 +60,6 @@ def _num(x) -> float | None:
     except (TypeError, ValueError):
         return None
     return f if math.isfinite(f) else None
-
-
-def _fmt(x, digits: int = 2) -> str:
-    f = _num(x)
-    return NA if f is None else f"{f:.{digits}f}"
 
 
 def _flags(value) -> list[str]:
@@ -146,17 +139,10 @@ def slice_report(df: pd.DataFrame, tids: list[str], tol: float = 0.15, title: st
         rows.append(
             [r.protocol, MODE_LABELS.get(r.mode, r.mode), counts, f"{r.within}/{r.compared}", share, _fmt(r.median_ratio)]
         )
-    lines.append(
-        tabulate(
-            rows,
-            headers=["Protocol", "Mode", "Statuses", "Within tol.", "Share", "Median measured/published"],
-            tablefmt="github",
-            disable_numparse=True,
-        )
-    )
+    lines.append(md_table(rows, ["Protocol", "Mode", "Statuses", "Within tol.", "Share", "Median measured/published"]))
     lines += ["", "## Per task", ""]
     headers = ["Task", "Check", *(MODE_LABELS[m] for m in MODES), "Strict default", "Flags"]
-    lines.append(tabulate(slice_rows(sel, tids), headers=headers, tablefmt="github", disable_numparse=True))
+    lines.append(md_table(slice_rows(sel, tids), headers))
     if missing:
         lines += ["", f"No result at all for: {', '.join(missing)}."]
     return "\n".join(lines) + "\n"
@@ -217,25 +203,15 @@ def render_run_to_run(rr: dict, first_label: str, second_label: str) -> str:
         [r["tid"], _fmt(r["first"], 3), _fmt(r["second"], 3), pct(r["rel_diff"]), "yes" if r["early_stopped"] else ""]
         for r in sorted(rr["rows"], key=lambda r: -r["rel_diff"])
     ]
-    lines.append(
-        tabulate(
-            rows,
-            headers=["Task", "First", "Second", "Rel. difference", "Early stop in a run"],
-            tablefmt="github",
-            disable_numparse=True,
-        )
-    )
+    lines.append(md_table(rows, ["Task", "First", "Second", "Rel. difference", "Early stop in a run"]))
     return "\n".join(lines) + "\n"
 
 
 def _write(text: str, out: str | None) -> None:
-    if not out:
+    if out:
+        atomic_write_text(out, text)
+    else:
         sys.stdout.write(text)
-        return
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-    from l1bench.io import atomic_write_text
-
-    atomic_write_text(out, text)
 
 
 def main(argv=None) -> int:
