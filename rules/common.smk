@@ -11,6 +11,7 @@ sys.path.insert(0, str(Path(workflow.basedir) / "scripts"))
 
 from l1bench import release as rel  # noqa: E402
 from l1bench import fetch  # noqa: E402
+from l1bench.worker import UPSTREAM  # noqa: E402
 
 
 def _normalise_cli_booleans(cfg):
@@ -300,7 +301,7 @@ def decided_without_gpu(path):
     if tid in NO_CODE_TIDS:
         return True
     kind = Path(path).relative_to(RES).parts[0]
-    upstream, ok = {"check": ("build", "ok"), "time": ("check", "pass")}[kind]
+    upstream, ok = UPSTREAM[kind]
     status = _status(f"{RES}/{upstream}/{tid}.json")
     return status is not None and status != ok
 

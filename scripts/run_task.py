@@ -109,18 +109,12 @@ def nothing_to_build(job: dict) -> dict | None:
     return decided_without_worker(res, job)
 
 
-#: The earlier stage whose negative result a job carries forward, and that stage's good status.
-UPSTREAM = {"check": ("build_result", "ok"), "time": ("check_result", "pass")}
-
-
 def carried_forward(job: dict) -> dict | None:
     """The result of a job whose build (for a check) or check (for a time job) was negative:
     that status and reason, decided here as the worker would, without starting it."""
     from l1bench.worker import upstream_status
 
-    if job["kind"] not in UPSTREAM:
-        return None
-    res = upstream_status(job, *UPSTREAM[job["kind"]])
+    res = upstream_status(job)
     return decided_without_worker(res, job) if res is not None else None
 
 

@@ -185,16 +185,25 @@ def result(job: dict, status: str, reason: str = "", **extra) -> dict:
     return out
 
 
-def upstream_status(job: dict, key: str, ok: str) -> dict | None:
-    """If an earlier stage's result (build or check) is negative, carry it forward."""
+#: The earlier stage a check or time job depends on, and that stage's good status.
+UPSTREAM = {"check": ("build", "ok"), "time": ("check", "pass")}
+
+
+def upstream_status(job: dict) -> dict | None:
+    """If the earlier stage's result (build for a check, check for a time job) is negative,
+    carry it forward."""
+    if job["kind"] not in UPSTREAM:
+        return None
+    stage, ok = UPSTREAM[job["kind"]]
+    key = f"{stage}_result"
     path = job.get(key)
     if not path:
         return None
     prev = json.loads(Path(path).read_text())
     if prev["status"] == ok:
         return None
-    stage = prev.get("kind", key)
-    return result(job, prev["status"], f"{stage}: {prev.get('reason', '')}".rstrip(": "))
+    label = prev.get("kind", key)
+    return result(job, prev["status"], f"{label}: {prev.get('reason', '')}".rstrip(": "))
 
 
 def construct(cls, init_inputs, seed):
@@ -425,7 +434,7 @@ def do_build(job: dict, meta: dict, snippets: dict) -> dict:
 
 def do_check(job: dict, meta: dict, snippets: dict) -> dict:
     """Load, laziness and correctness on the device, as the paper protocol does."""
-    prev = upstream_status(job, "build_result", "ok")
+    prev = upstream_status(job)
     if prev:
         return prev
     p, device = job["params"], job["device"]
@@ -574,7 +583,7 @@ def do_time(job: dict, meta: dict, snippets: dict) -> dict:
     the warm-up calls and the timed pairs.
     """
     mode, device, p = job["mode"], job["device"], job["params"]
-    prev = upstream_status(job, "check_result", "pass")
+    prev = upstream_status(job)
     if prev:
         return prev
     if mode in BASELINE_MODES and device == "cpu":
