@@ -712,16 +712,23 @@ def do_time(job: dict, meta: dict, snippets: dict) -> dict:
     first_unlocked = mode in COMPILE_MODES and bool(unlocked) and p["warmup"] > 0
     if mode in COMPILE_MODES:
         stats["compile_first_call_unlocked"] = first_unlocked
+
+    def placed(base_cpu, custom_cpu, seed, init_inputs):
+        """Inside the lock: both models on the device, the custom model's streams, and the
+        warm-up inputs."""
+        with phase(stats, "models to device"):
+            base, custom = on_device(base_cpu, custom_cpu, seed, init_inputs)
+            streams = find_model_streams(custom) if wait_for_streams else []
+        return base, custom, streams, make_inputs(get_inputs, device, on_dev)
+
     timings: dict = {"ref_ms": [], "custom_ms": [], "trial_scores": []}
     for outer in range(p["outer_trials"]):
         seed = p["seed"] + outer
         base_cpu, init_inputs = baseline_on_cpu(seed)
         custom_cpu = builder.prepare(seed, init_inputs)
         if first_unlocked:
-            with gpu_section(), phase(stats, "models to device"):
-                base, custom = on_device(base_cpu, custom_cpu, seed, init_inputs)
-                streams = find_model_streams(custom) if wait_for_streams else []
-                warm_inputs = make_inputs(get_inputs, device, on_dev)
+            with gpu_section():
+                base, custom, streams, warm_inputs = placed(base_cpu, custom_cpu, seed, init_inputs)
             with (
                 phase(stats, "first compiled call (unlocked, graphs locked)"),
                 guarded("warm-up", "runtime_error"),
@@ -730,10 +737,7 @@ def do_time(job: dict, meta: dict, snippets: dict) -> dict:
                 base(*warm_inputs)
         with gpu_section():
             if not first_unlocked:
-                with phase(stats, "models to device"):
-                    base, custom = on_device(base_cpu, custom_cpu, seed, init_inputs)
-                    streams = find_model_streams(custom) if wait_for_streams else []
-                warm_inputs = make_inputs(get_inputs, device, on_dev)
+                base, custom, streams, warm_inputs = placed(base_cpu, custom_cpu, seed, init_inputs)
             with phase(stats, "warm-up calls"):
                 warm_up(base, custom, warm_inputs, p["warmup"], device, first_base_done=first_unlocked)
             ref_ms, cus_ms = [], []
