@@ -39,6 +39,16 @@ def snakemake(workdir, *args, check=None):
     return proc
 
 
+WORKFLOW = ("Snakefile", "rules", "scripts", "config", "profiles", "envs")
+
+
+def copy_workflow(dest, src=ROOT, extra=()):
+    """The workflow's files (and ``extra`` folders, e.g. results) copied into ``dest``."""
+    for name in WORKFLOW + tuple(extra):
+        path = Path(src) / name
+        (shutil.copytree if path.is_dir() else shutil.copy)(path, Path(dest) / name)
+
+
 def job_counts(text):
     """{rule: count} from snakemake's 'Job stats' table."""
     block = text.split("Job stats:")[-1]
@@ -48,9 +58,7 @@ def job_counts(text):
 @pytest.fixture(scope="module")
 def demo_run(tmp_path_factory):
     work = tmp_path_factory.mktemp("demo")
-    for name in ("Snakefile", "rules", "scripts", "config", "profiles", "envs"):
-        src = ROOT / name
-        (shutil.copytree if src.is_dir() else shutil.copy)(src, work / name)
+    copy_workflow(work)
     first = snakemake(work)
     return work, first
 
@@ -120,9 +128,7 @@ def test_fresh_clone_with_results_plans_no_evaluation(demo_run, tmp_path):
     work, _ = demo_run
     clone = tmp_path / "clone"
     clone.mkdir()
-    for name in ("Snakefile", "rules", "scripts", "config", "profiles", "envs", "results"):
-        src = work / name
-        (shutil.copytree if src.is_dir() else shutil.copy)(src, clone / name)
+    copy_workflow(clone, work, extra=("results",))
     # make every source and release file newer than every result
     for p in (clone / "config").rglob("*"):
         p.touch()
@@ -135,9 +141,7 @@ def test_fresh_clone_with_results_plans_no_evaluation(demo_run, tmp_path):
 
 def test_gpu_release_without_gpu_stops_before_any_job(tmp_path, release_dir):
     """device != demo on a CPU-only machine: one line saying a GPU is needed, nothing run."""
-    for name in ("Snakefile", "rules", "scripts", "config", "profiles", "envs"):
-        src = ROOT / name
-        (shutil.copytree if src.is_dir() else shutil.copy)(src, tmp_path / name)
+    copy_workflow(tmp_path)
     cmd = SNAKEMAKE + ["--cores", "1", "--config", "device=h100", f"release_dir={release_dir}", 'tasks=["1/1"]']
     proc = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=300)
     out = proc.stdout + proc.stderr
@@ -151,9 +155,7 @@ def test_gpu_release_without_gpu_stops_before_any_job(tmp_path, release_dir):
 
 def test_results_decided_without_a_gpu_fill_in_on_a_cpu_machine(tmp_path, release_dir):
     """A task without code needs no GPU: device=h100 completes it here, every stage no_code."""
-    for name in ("Snakefile", "rules", "scripts", "config", "profiles", "envs"):
-        src = ROOT / name
-        (shutil.copytree if src.is_dir() else shutil.copy)(src, tmp_path / name)
+    copy_workflow(tmp_path)
     cmd = SNAKEMAKE + ["--cores", "1", "--config", "device=h100", f"release_dir={release_dir}", 'tasks=["1/8"]']
     proc = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
@@ -165,9 +167,7 @@ def test_results_decided_without_a_gpu_fill_in_on_a_cpu_machine(tmp_path, releas
 
 def test_every_release_plans_from_the_command_line(tmp_path, release_dir):
     """device=3090 arrives from --config as an integer; every release plans all its jobs."""
-    for name in ("Snakefile", "rules", "scripts", "config", "profiles", "envs"):
-        src = ROOT / name
-        (shutil.copytree if src.is_dir() else shutil.copy)(src, tmp_path / name)
+    copy_workflow(tmp_path)
     for device in ("3090", "a100"):
         cmd = SNAKEMAKE + ["-n", "-q", "rules", "--config", f"device={device}", f"release_dir={release_dir}"]
         proc = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=300)
@@ -183,9 +183,7 @@ def test_a_missing_slice_report_file_is_one_clear_line(tmp_path):
 
 
 def test_bad_release_stops_with_one_line_and_writes_nothing(tmp_path):
-    for name in ("Snakefile", "rules", "scripts", "config", "profiles", "envs"):
-        src = ROOT / name
-        (shutil.copytree if src.is_dir() else shutil.copy)(src, tmp_path / name)
+    copy_workflow(tmp_path)
     rel = tmp_path / "myrelease/optimized_cuda_code"
     rel.mkdir(parents=True)
     good = (ROOT / "config/demo/optimized_cuda_code/demo.json").read_text().splitlines()
@@ -210,9 +208,7 @@ def test_committed_gpu_results_are_not_replanned(tmp_path, release_dir):
     committed = ROOT / "results/h100"
     if not (committed / "check").is_dir():
         pytest.skip("no committed h100 results")
-    for name in ("Snakefile", "rules", "scripts", "config", "profiles", "envs"):
-        src = ROOT / name
-        (shutil.copytree if src.is_dir() else shutil.copy)(src, tmp_path / name)
+    copy_workflow(tmp_path)
     shutil.copytree(committed, tmp_path / "results/h100", ignore=shutil.ignore_patterns("tasks"))
     slice_cfg = "config/slices/h100_slice41.yaml"
     cmd = SNAKEMAKE + ["-n", "--cores", "1", "--configfile", slice_cfg, "--config", "device=h100", f"release_dir={release_dir}"]
@@ -234,9 +230,7 @@ def test_committed_gpu_results_are_not_replanned(tmp_path, release_dir):
 
 def test_strict_modes_limit_the_strict_jobs(tmp_path):
     """protocol=both with strict.modes=[default]: every mode paper-timed, only default strictly."""
-    for name in ("Snakefile", "rules", "scripts", "config", "profiles", "envs"):
-        src = ROOT / name
-        (shutil.copytree if src.is_dir() else shutil.copy)(src, tmp_path / name)
+    copy_workflow(tmp_path)
     (tmp_path / "strict.yaml").write_text("protocol: both\nstrict:\n  modes: [default]\n")
     proc = snakemake(tmp_path, "-n", "--configfile", "strict.yaml", check=0)
     release = ROOT / "config/demo/optimized_cuda_code/demo.json"
