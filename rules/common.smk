@@ -10,7 +10,7 @@ from snakemake.utils import validate
 sys.path.insert(0, str(Path(workflow.basedir) / "scripts"))
 
 from l1bench import release as rel  # noqa: E402
-from l1bench import fetch  # noqa: E402
+from l1bench import attempts, fetch  # noqa: E402
 from l1bench.worker import UPSTREAM  # noqa: E402
 
 
@@ -296,10 +296,15 @@ def _status(path):
 def decided_without_gpu(path):
     """Whether a missing check/time result is decided without a GPU (scripts/run_task.py):
     the task has no custom code, or its build (for a check) or check (for a time job) is
-    already negative, so the result only carries that status forward."""
+    already negative, so the result only carries that status forward, or the job already
+    broke ``max_attempts`` times (l1bench.attempts)."""
     tid = Path(path).stem
     if tid in NO_CODE_TIDS:
         return True
+    if attempts.given_up(
+        attempts.load(attempts.ledger_path(RES, path)), config["max_attempts"]
+    ):
+        return True  # broke max_attempts times: gets a terminal result, no worker
     kind = Path(path).relative_to(RES).parts[0]
     upstream, ok = UPSTREAM[kind]
     status = _status(f"{RES}/{upstream}/{tid}.json")

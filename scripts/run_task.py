@@ -3,7 +3,9 @@
 The child (l1bench.worker) runs the snippet code; this process only prepares
 the job, enforces the timeout and writes the result atomically. A negative
 verdict is a result; a timeout, crash or CUDA fault raises, so the job fails
-and leaves no output.
+and leaves no output, and is recorded in the job's attempts ledger
+(l1bench.attempts): after ``max_attempts`` broken attempts (config) the job gets
+a terminal ``crashed``/``timeout`` result instead of being retried forever.
 """
 
 import logging
@@ -118,8 +120,27 @@ def carried_forward(job: dict) -> dict | None:
     return decided_without_worker(res, job) if res is not None else None
 
 
+def ledger_file(smk) -> Path:
+    """The attempts ledger of this job's result (results/<device>/attempts/...)."""
+    from l1bench.attempts import ledger_path
+
+    return ledger_path(Path(smk.config["results_dir"]) / str(smk.config["device"]), smk.output[0])
+
+
+def gave_up(job: dict, attempts: list, max_attempts: int) -> dict | None:
+    """The terminal result of a job that broke ``max_attempts`` times, else None."""
+    from l1bench.attempts import given_up, terminal_reason, terminal_status
+    from l1bench.worker import result
+
+    if not given_up(attempts, max_attempts):
+        return None
+    res = result(job, terminal_status(attempts), terminal_reason(attempts), failed_attempts=attempts)
+    return decided_without_worker(res, job)
+
+
 def main(smk) -> None:
     sys.path.insert(0, str(package_root(smk)))
+    from l1bench import attempts as attempts_mod
     from l1bench.io import atomic_write_json
     from l1bench.runner import JobFailed, run_worker
 
@@ -131,7 +152,9 @@ def main(smk) -> None:
     job = make_job(smk)
     logging.info("job %s", job)
     # nothing to run: no worker (no interpreter, no CUDA context)
-    res = no_code_result(job) or nothing_to_build(job) or carried_forward(job)
+    ledger, max_attempts = ledger_file(smk), int(smk.config.get("max_attempts", 0))
+    attempts = attempts_mod.load(ledger)
+    res = no_code_result(job) or nothing_to_build(job) or carried_forward(job) or gave_up(job, attempts, max_attempts)
     if res is None:
         try:
             res = run_worker(
@@ -143,11 +166,26 @@ def main(smk) -> None:
                 section_timeout=getattr(smk.params, "section_timeout", None),
             )
         except JobFailed as err:
-            logging.error("FAILED (no result written; the next run retries): %s", err)
-            sys.exit(f"{smk.rule}: {err}")
+            detail = attempts_mod.last_error_line(Path(smk.log[0]).read_text(errors="replace"))
+            attempts = attempts_mod.record(ledger, str(err), err.kind, detail)
+            res = gave_up(job, attempts, max_attempts)
+            if res is None:
+                logging.error(
+                    "FAILED (no result written; the next run retries, attempt %d of %s): %s",
+                    len(attempts),
+                    max_attempts or "unlimited",
+                    err,
+                )
+                sys.exit(f"{smk.rule}: {err}")
+            logging.error("FAILED %d times: giving up, status %s", len(attempts), res["status"])
+        else:
+            if attempts:  # it broke before: say so in the result, which replaces the ledger
+                res["failed_attempts"] = attempts
     res["release_fingerprint"] = smk.params.protocol_params["release"]
     res["workflow_code"] = code_fingerprint(package_root(smk) / "l1bench")
     atomic_write_json(smk.output[0], res)
+    if attempts:  # recorded in the result now (failed_attempts)
+        ledger.unlink(missing_ok=True)
     logging.info("status %s %s", res["status"], res.get("reason", ""))
 
 

@@ -77,6 +77,10 @@ def test_first_run_fails_only_the_broken_tasks(demo_run):
     assert "timed out" in log
     log = (work / "logs/demo/check_task/L1_T006.log").read_text()
     assert "SIGKILL" in log
+    # each broken attempt is counted across runs (l1bench.attempts)
+    for tid, kind in (("L1_T005", "timeout"), ("L1_T006", "crash")):
+        ledger = json.loads((res / f"attempts/check/{tid}.json").read_text())["attempts"]
+        assert [a["kind"] for a in ledger] == [kind], ledger
 
 
 def test_time_results(demo_run):
@@ -137,6 +141,30 @@ def test_fresh_clone_with_results_plans_no_evaluation(demo_run, tmp_path):
     assert counts.get("check_task") == len(FAILING)
     assert counts.get("time_task") == len(FAILING) * 5
     assert "build_task" not in counts
+
+
+def test_a_job_that_breaks_every_time_ends_with_a_status(demo_run, tmp_path):
+    """After max_attempts broken attempts a job gets a terminal result (carried into every
+    mode) instead of being retried in every run; a run after that plans nothing for it."""
+    work, _ = demo_run
+    copy_workflow(tmp_path, work, extra=("results", "logs"))
+    res = tmp_path / "results/demo"
+    # the crashing task breaks a second time: with max_attempts=2 that ends it
+    snakemake(tmp_path, "max_attempts=2", 'tasks=["1/6"]', check=0)
+    crashed = json.loads((res / "check/L1_T006.json").read_text())
+    assert crashed["status"] == "crashed" and "broke in all 2 attempts" in crashed["reason"]
+    assert "SIGKILL" in crashed["reason"] and len(crashed["failed_attempts"]) == 2
+    assert not (res / "attempts/check/L1_T006.json").exists()  # moved into the result
+    times = [json.loads(p.read_text())["status"] for p in res.glob("time/paper/*/L1_T006.json")]
+    assert times == ["crashed"] * 5
+    # the hanging task has one broken attempt: max_attempts=1 decides it without a worker
+    snakemake(tmp_path, "max_attempts=1", check=0)
+    hung = json.loads((res / "check/L1_T005.json").read_text())
+    assert hung["status"] == "timeout" and hung["provenance"]["worker"] is False
+    assert "timed out" in hung["reason"]
+    counts = job_counts(snakemake(tmp_path, "-n", check=0).stdout)
+    assert not {"check_task", "time_task"} & set(counts)
+    assert "| timeout" in (res / "per_task.md").read_text()
 
 
 def test_gpu_release_without_gpu_stops_before_any_job(tmp_path, release_dir):

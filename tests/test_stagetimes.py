@@ -26,6 +26,19 @@ def test_overall_span_and_lock_share(tmp_path):
     assert "time:paper:default" in stagetimes.table(stats)
 
 
+def test_a_window_keeps_one_call_of_a_chunked_run(tmp_path):
+    _result(tmp_path / "check/L1_T001.json", "check", "2026-12-03T10:00:00+00:00", "2026-12-03T10:00:20+00:00", 5)
+    _result(tmp_path / "check/L1_T002.json", "check", "2026-12-03T11:00:00+00:00", "2026-12-03T11:00:30+00:00", 7)
+    no_worker = json.loads((tmp_path / "check/L1_T002.json").read_text())
+    no_worker["provenance"]["worker"] = False
+    (tmp_path / "check/L1_T003.json").write_text(json.dumps(no_worker))
+    stats = stagetimes.collect(tmp_path, since="2026-12-03T10:30:00+00:00")
+    assert stats["check"]["jobs"] == 2 and stats["check"]["worker_jobs"] == 1
+    assert stats["check"]["gpu_lock_s"] == 14
+    stats = stagetimes.collect(tmp_path, until="2026-12-03T10:30:00")  # naive times are UTC
+    assert stats["check"]["jobs"] == 1 and stats["check"]["gpu_lock_s"] == 5
+
+
 def test_gpu_samples():
     lines = ["2026/12/03 10:00:00.000, 0, 500, 345, 3201, 80.1", "2026/12/03 10:00:01.000, 100, 900, 1980, 3201, 500",
              "2026/12/03 10:00:02.000, 50, 900, 1980, 3201, 300", "garbage"]

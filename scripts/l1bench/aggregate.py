@@ -73,6 +73,9 @@ FAILED_STATUSES = frozenset(
         "incorrect",
         "runtime_error",
         "baseline_error",
+        # broke in every attempt (l1bench.attempts): the worker crashed or timed out
+        "crashed",
+        "timeout",
     }
 )
 #: Statuses meaning "not attempted, by design".

@@ -21,7 +21,15 @@ from l1bench.worker import EXIT_INFRA
 
 
 class JobFailed(RuntimeError):
-    """The run broke (timeout, crash, CUDA fault): no result; Snakemake retries the job."""
+    """The run broke (timeout, crash, CUDA fault): no result; Snakemake retries the job.
+
+    ``kind`` says how: ``timeout``, ``section_timeout``, ``infra`` (the worker reported a CUDA
+    fault or out of memory), ``crash`` (any other exit without a result).
+    """
+
+    def __init__(self, message: str, kind: str = "crash"):
+        super().__init__(message)
+        self.kind = kind
 
 
 def worker_env(package_root: Path, extra: dict | None = None) -> dict:
@@ -75,15 +83,15 @@ def run_worker(
                 rc = _wait(proc, timeout, lock_status, t0, section_timeout=section_timeout)
             except SectionTimeout:
                 _kill_group(proc)
-                raise JobFailed(f"{job['tid']}: held the GPU lock for more than {section_timeout:.0f} s") from None
+                raise JobFailed(f"{job['tid']}: held the GPU lock for more than {section_timeout:.0f} s", "section_timeout") from None
             except subprocess.TimeoutExpired:
                 _kill_group(proc)
-                raise JobFailed(f"{job['tid']}: timed out after {timeout:.0f} s (not counting lock waits)") from None
+                raise JobFailed(f"{job['tid']}: timed out after {timeout:.0f} s (not counting lock waits)", "timeout") from None
             finally:
                 _kill_group(proc)  # leave no stray grandchildren (compile workers, threads)
             log.write(f"worker exit {rc} after {time.monotonic() - t0:.1f} s\n")
         if rc == EXIT_INFRA:
-            raise JobFailed(f"{job['tid']}: infrastructure failure (CUDA fault or out of memory), see log")
+            raise JobFailed(f"{job['tid']}: infrastructure failure (CUDA fault or out of memory), see log", "infra")
         if rc != 0:
             how = f"signal {signal.Signals(-rc).name}" if rc < 0 else f"exit code {rc}"
             raise JobFailed(f"{job['tid']}: worker crashed ({how}), see log")

@@ -1,9 +1,9 @@
 """Per-stage wall time of a run, from the provenance recorded in every result file.
 
 ``python scripts/l1bench/stagetimes.py results/h100`` prints, per stage (build, check,
-each time mode): jobs, summed job wall time, summed time holding the GPU lock (the
+each time mode): results, jobs that ran a worker, summed job wall time, summed time holding the GPU lock (the
 exclusive GPU cost), summed torch.compile warm-up, and the span from the first start to
-the last finish.
+the last finish. ``--since``/``--until`` restrict it to one call of a chunked run.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import sys
 from collections import defaultdict
-from datetime import datetime
+from datetime import datetime, timezone
 from pathlib import Path
 
 from tabulate import tabulate
@@ -21,9 +21,17 @@ def stage_of(res: dict) -> str:
     return res["kind"] if res["kind"] != "time" else f"time:{res.get('protocol', 'paper')}:{res['mode']}"
 
 
-def collect(root) -> dict:
+def _when(text: str) -> datetime:
+    t = datetime.fromisoformat(text)
+    return t if t.tzinfo else t.replace(tzinfo=timezone.utc)
+
+
+def collect(root, since: str | None = None, until: str | None = None) -> dict:
+    """Per-stage sums over the results under ``root``; with ``since``/``until`` (ISO times),
+    only the results whose worker started in that window (one call of a chunked run)."""
     stats: dict = defaultdict(lambda: defaultdict(float))
     spans: dict = {}
+    lo_t, hi_t = (_when(since) if since else None), (_when(until) if until else None)
     for path in Path(root).glob("**/*.json"):
         if path.parent.name == "tasks" or path.name == "meta.json":
             continue
@@ -33,15 +41,20 @@ def collect(root) -> dict:
             continue
         if res.get("kind") not in ("build", "check", "time"):
             continue
-        st = stats[stage_of(res)]
         prov = res.get("provenance", {})
+        if lo_t or hi_t:
+            started = _when(prov["started"]) if prov.get("started") else None
+            if started is None or (lo_t and started < lo_t) or (hi_t and started >= hi_t):
+                continue
+        st = stats[stage_of(res)]
         st["jobs"] += 1
+        st["worker_jobs"] += prov.get("worker") is not False
         st["wall_s"] += prov.get("wall_s") or 0.0
         st["gpu_lock_s"] += res.get("lock_held_s") or 0.0
         st["compile_warmup_s"] += res.get("precompile_s") or 0.0
         for key in ("started", "finished"):
             if prov.get(key):
-                t = datetime.fromisoformat(prov[key])
+                t = _when(prov[key])
                 lo, hi = spans.get(stage_of(res), (t, t))
                 spans[stage_of(res)] = (min(lo, t), max(hi, t))
     return {
@@ -57,13 +70,15 @@ def collect(root) -> dict:
 
 def table(stats: dict) -> str:
     rows = [
-        [k, int(v["jobs"]), round(v["wall_s"], 1), round(v["gpu_lock_s"], 1), round(v["compile_warmup_s"], 1),
-         round(v["wall_s"] / max(v["jobs"], 1), 2), round(v["gpu_lock_s"] / max(v["jobs"], 1), 2)]
+        [k, int(v["jobs"]), int(v.get("worker_jobs", 0)), round(v["wall_s"], 1), round(v["gpu_lock_s"], 1),
+         round(v["compile_warmup_s"], 1), round(v["wall_s"] / max(v.get("worker_jobs", 0), 1), 2),
+         round(v["gpu_lock_s"] / max(v.get("worker_jobs", 0), 1), 2)]
         for k, v in sorted(stats.items())
     ]
-    tot = [sum(r[i] for r in rows) for i in range(1, 5)]
-    rows.append(["total", *[round(x, 1) for x in tot], "", ""])
-    head = ["stage", "jobs", "job wall s", "GPU lock s", "compile warm-up s", "wall/job", "lock/job"]
+    tot = [sum(r[i] for r in rows) for i in range(1, 6)]
+    rows.append(["total", *[int(x) for x in tot[:2]], *[round(x, 1) for x in tot[2:]], "", ""])
+    head = ["stage", "results", "worker jobs", "job wall s", "GPU lock s", "compile warm-up s", "wall/worker job",
+            "lock/worker job"]
     return tabulate(rows, head, tablefmt="github")
 
 
@@ -130,8 +145,10 @@ def main(argv: list[str]) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("root", nargs="?", default="results/h100")
     ap.add_argument("--samples", help="folder of device_run.sh samples (GPU utilisation, CPU load)")
+    ap.add_argument("--since", help="only results whose worker started at or after this ISO time")
+    ap.add_argument("--until", help="only results whose worker started before this ISO time")
     args = ap.parse_args(argv)
-    stats = collect(args.root)
+    stats = collect(args.root, args.since, args.until)
     print(table(stats))
     o = overall(stats)
     print(

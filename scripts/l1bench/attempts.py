@@ -1,0 +1,196 @@
+"""Broken attempts of a job (timeout, crash, CUDA fault), and when to stop retrying.
+
+A job whose worker breaks leaves no result, so the next run retries it: right for a
+transient fault (another job's memory, a lost device), wrong for a task that breaks the same
+way every time (custom code that invalidates a CUDA graph capture): it would be retried in
+every run and its task x mode would never get a status. Each broken attempt is therefore
+appended to a small ledger beside the results (``<results>/<device>/attempts/<the result's
+path below it>``, written atomically); once it holds ``max_attempts`` entries the job gets a
+terminal result instead (status ``crashed`` or ``timeout``, the errors as the reason), decided
+without starting the worker again. A later success moves the ledger into its result
+(``failed_attempts``). Deleting the result *and* its ledger retries from scratch.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from datetime import datetime, timezone
+from pathlib import Path
+
+from l1bench.io import atomic_write_json
+
+#: Terminal status by the kind of breakage (runner.JobFailed.kind).
+STATUS_BY_KIND = {"timeout": "timeout", "section_timeout": "timeout"}
+DEFAULT_STATUS = "crashed"
+#: Statuses this module can give a result.
+STATUSES = frozenset({"crashed", "timeout"})
+ATTEMPTS_DIR = "attempts"
+
+
+def ledger_path(results_root: str | Path, output: str | Path) -> Path:
+    """The ledger of ``output`` (a result file below ``results_root``, i.e. results/<device>)."""
+    root = Path(results_root)
+    return root / ATTEMPTS_DIR / Path(output).relative_to(root)
+
+
+def load(path: str | Path) -> list[dict]:
+    """The attempts recorded so far ([] without a ledger; an unreadable ledger counts as none)."""
+    try:
+        data = json.loads(Path(path).read_text())
+    except (OSError, ValueError):
+        return []
+    return list(data.get("attempts", [])) if isinstance(data, dict) else []
+
+
+def record(path: str | Path, error: str, kind: str, detail: str = "", when: str | None = None, **extra) -> list[dict]:
+    """Append one broken attempt to the ledger; returns all attempts so far."""
+    attempts = load(path)
+    entry = {"when": when or datetime.now(timezone.utc).isoformat(timespec="seconds"), "kind": kind, "error": error}
+    if detail:
+        entry["detail"] = detail
+    attempts.append(entry | extra)
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_json(path, {"about": __doc__.split("\n\n")[0].strip(), "attempts": attempts})
+    return attempts
+
+
+def given_up(attempts: list[dict], max_attempts: int) -> bool:
+    """Whether a job with these broken attempts gets a terminal result (0 = retry forever)."""
+    return max_attempts > 0 and len(attempts) >= max_attempts
+
+
+def terminal_status(attempts: list[dict]) -> str:
+    kinds = {STATUS_BY_KIND.get(a.get("kind"), DEFAULT_STATUS) for a in attempts}
+    return "timeout" if kinds == {"timeout"} else DEFAULT_STATUS
+
+
+def terminal_reason(attempts: list[dict]) -> str:
+    """One line: how often and when it broke, and the last attempt's error."""
+    last = attempts[-1]
+    span = attempts[0]["when"] if len(attempts) == 1 else f"{attempts[0]['when']} .. {last['when']}"
+    detail = f": {last['detail']}" if last.get("detail") else ""
+    return f"broke in all {len(attempts)} attempts ({span}); last: {last['error']}{detail}"
+
+
+#: Lines of a worker log that say where it broke (the worker's own report, a Python exception).
+_ERROR_LINE = re.compile(r"(infrastructure failure|Error|error:|Exception|Killed|Timeout)")
+_NOISE = re.compile(r"^(\d{4}-\d\d-\d\d[ T]|\$ |worker exit |\s*File \"|\s*\^+\s*$|Traceback )")
+
+
+def last_error_line(log_text: str, limit: int = 300) -> str:
+    """The last line of the latest attempt in a job log that names an error ('' if none)."""
+    run = log_text.rsplit("\n$ ", 1)[-1]
+    for line in reversed(run.splitlines()):
+        line = line.strip()
+        if line and not _NOISE.match(line) and _ERROR_LINE.search(line):
+            return line if len(line) <= limit else line[: limit - 1] + "…"
+    return ""
+
+
+#: run_task's line for a broken attempt: "FAILED (no result written; ...): <error>".
+_FAILED = re.compile(r"FAILED \(no result written[^)]*\): (.+)$")
+
+
+def kind_of(error: str) -> str:
+    """runner.JobFailed.kind from its message (for attempts read back from logs)."""
+    if "held the GPU lock for more than" in error:
+        return "section_timeout"
+    if "timed out after" in error:
+        return "timeout"
+    return "infra" if "infrastructure failure" in error else "crash"
+
+
+def log_error(text: str) -> tuple[str, str]:
+    """(run_task's FAILED message, the worker's last error line) of a job log, '' where absent."""
+    failed = [m.group(1) for m in map(_FAILED.search, text.splitlines()) if m]
+    return (failed[-1].strip() if failed else ""), last_error_line(text)
+
+
+# Snakemake's log: a timestamp line "[Thu Dec  3 16:14:38 2026]" precedes each job's lines;
+# with show-failed-logs, the job log follows an error block between two rules of "=".
+_STAMP = re.compile(r"^\[(\w{3} \w{3} +\d+ \d\d:\d\d:\d\d \d{4})\]$")
+_FIELD = re.compile(r"^\s+(output|log): (.+)$")
+_RULE = "=" * 20
+
+
+def failed_jobs_in_snakemake_log(text: str) -> list[dict]:
+    """Every ``Error in rule`` block of a Snakemake log, in order: {when, rule, output, log,
+    log_text}; ``log_text`` is the job log Snakemake prints after the block
+    (``show-failed-logs``), '' when it did not.
+
+    What ``backfill`` reads to record attempts made before ledgers existed.
+    """
+    out, when, block, state = [], None, None, None
+    for line in text.splitlines():
+        if state in ("logfile", "logtext"):
+            if line.startswith(_RULE):
+                state = "logtext" if state == "logfile" else None
+                block = block if state else None
+            elif state == "logtext":
+                block["log_text"] += line + "\n"
+            continue
+        m = _STAMP.match(line.strip())
+        if m:
+            stamp = datetime.strptime(" ".join(m.group(1).split()), "%a %b %d %H:%M:%S %Y")
+            when = stamp.replace(tzinfo=timezone.utc).isoformat(timespec="seconds")
+        if line.startswith("Error in rule "):
+            block = {"when": when, "rule": line[len("Error in rule ") :].rstrip(":"), "log_text": ""}
+            out.append(block)
+            continue
+        if block is None:
+            continue
+        f = _FIELD.match(line)
+        if f and f.group(1) not in block:
+            block[f.group(1)] = f.group(2).split(",")[0].split(" (")[0].strip()
+        elif line.startswith("Logfile ") and line.rstrip().endswith(":"):
+            state = "logfile"
+        elif not line.startswith((" ", "\t")):
+            block = None
+    return [b for b in out if "output" in b]
+
+
+def backfill(results_root: str | Path, snakemake_logs: list[str | Path], only_missing: bool = True) -> dict[str, int]:
+    """Record, from Snakemake logs, the broken attempts of results that are still missing.
+
+    For results made before this ledger existed: each ``Error in rule`` block is one attempt
+    whose job log (as the Snakemake log prints it) has run_task's FAILED line, with the
+    Snakemake log's timestamp and its file named as ``source``; jobs that were only stopped
+    (a drain, the end of a budget) are not attempts. Existing ledgers are left alone.
+    Returns {output: attempts recorded}.
+    """
+    root = Path(results_root)
+    found: dict[str, list[tuple[dict, str]]] = {}
+    for log in snakemake_logs:
+        for b in failed_jobs_in_snakemake_log(Path(log).read_text(errors="replace")):
+            if Path(b["output"]).is_relative_to(root):
+                found.setdefault(b["output"], []).append((b, Path(log).name))
+    done = {}
+    for output, blocks in sorted(found.items()):
+        ledger = ledger_path(root, output)
+        if (only_missing and Path(output).exists()) or ledger.exists():
+            continue
+        broken = [(b, source, *log_error(b["log_text"])) for b, source in blocks]
+        # only attempts whose job log says it broke (not jobs stopped by a drain or a budget)
+        broken = [x for x in broken if x[2]]
+        for b, source, error, detail in broken:
+            record(ledger, error, kind_of(error), detail, when=b["when"], source=source)
+        if broken:
+            done[output] = len(broken)
+    return done
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+
+    ap = argparse.ArgumentParser(description=backfill.__doc__.split("\n")[0])
+    ap.add_argument("results_root", help="results/<device>")
+    ap.add_argument("logs", nargs="+", help="Snakemake logs (logs/snakemake-*.log)")
+    args = ap.parse_args(argv)
+    for output, n in backfill(args.results_root, args.logs).items():
+        print(f"{output}: {n} broken attempts recorded in {ledger_path(args.results_root, output)}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

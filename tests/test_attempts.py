@@ -1,0 +1,111 @@
+"""The attempts ledger: broken attempts are counted across runs, and a job that breaks every
+time ends with a terminal status instead of being retried forever."""
+
+import json
+import sys
+from pathlib import Path
+
+from l1bench import attempts
+
+ROOT = Path(__file__).resolve().parents[1]
+
+WORKER_LOG = """\
+2026-12-03 16:14:34,848 job {'kind': 'time', 'tid': 'L1_T081'}
+$ python3 -m l1bench.worker /tmp/x/job.json /tmp/x/result.json  (timeout 1800 s)
+[W1203 16:13:26.187566739 CUDAGraph.cpp:275] Warning: CUDA warning: operation not permitted when stream is capturing
+Traceback (most recent call last):
+  File "/work/main/scripts/l1bench/worker.py", line 996, in <module>
+    sys.exit(main(sys.argv))
+             ^^^^^^^^^^^^^^
+RuntimeError: Offset increment outside graph capture encountered unexpectedly.
+worker exit 1 after 70.7 s
+2026-12-03 16:14:38,982 FAILED (no result written; the next run retries): L2_T062: worker crashed (exit code 1), see log
+"""
+
+
+def snakemake_error_block(stamp, output, log_text):
+    """An error block as Snakemake 9 writes it (show-failed-logs), with the job log after it."""
+    logged = f"Logfile {output}.log:\n{'=' * 80}\n{log_text}{'=' * 80}\n" if log_text else ""
+    return (
+        f"[{stamp}]\nError in rule time_task:\n    message: None\n    jobid: 1413\n"
+        f"    input: results/h100/tasks/L2_T062/meta.json, results/h100/check/L2_T062.json\n"
+        f"    output: {output}\n"
+        f"    log: logs/h100/x.log (check log file(s) for error details)\n{logged}"
+        "Trying to restart job 1413.\n"
+    )
+
+
+def test_record_counts_attempts_until_given_up(tmp_path):
+    ledger = attempts.ledger_path(tmp_path / "results/h100", tmp_path / "results/h100/time/paper/cudnn/L1_T001.json")
+    assert ledger == tmp_path / "results/h100/attempts/time/paper/cudnn/L1_T001.json"
+    assert attempts.load(ledger) == [] and not attempts.given_up([], 3)
+    for n in (1, 2):
+        got = attempts.record(ledger, "L1_T001: timed out after 1800 s", "timeout", when=f"2026-12-0{n}T00:00:00+00:00")
+        assert len(got) == n and not attempts.given_up(got, 3)
+    got = attempts.record(ledger, "L1_T001: worker crashed (signal SIGKILL)", "crash", "Killed")
+    assert attempts.given_up(got, 3) and not attempts.given_up(got, 0)  # 0 = retry forever
+    assert attempts.load(ledger) == got
+    assert attempts.terminal_status(got) == "crashed"  # not every attempt timed out
+    assert attempts.terminal_status(got[:2]) == "timeout"
+    reason = attempts.terminal_reason(got)
+    assert reason.startswith("broke in all 3 attempts (2026-12-01T00:00:00+00:00 .. ")
+    assert reason.endswith("last: L1_T001: worker crashed (signal SIGKILL): Killed")
+
+
+def test_an_unreadable_ledger_counts_as_no_attempts(tmp_path):
+    bad = tmp_path / "ledger.json"
+    bad.write_text("{not json")
+    assert attempts.load(bad) == []
+
+
+def test_last_error_line_names_the_exception_not_the_noise():
+    assert attempts.last_error_line(WORKER_LOG) == "RuntimeError: Offset increment outside graph capture encountered unexpectedly."
+    assert attempts.log_error(WORKER_LOG) == (
+        "L2_T062: worker crashed (exit code 1), see log",
+        "RuntimeError: Offset increment outside graph capture encountered unexpectedly.",
+    )
+    assert attempts.last_error_line("$ python3 -m l1bench.worker\nworker exit 0 after 1 s\n") == ""
+    assert attempts.kind_of("L1: infrastructure failure (CUDA fault or out of memory), see log") == "infra"
+    assert attempts.kind_of("L1: timed out after 60 s (not counting lock waits)") == "timeout"
+    assert attempts.kind_of("L1: worker crashed (exit code 1), see log") == "crash"
+
+
+def test_backfill_counts_broken_attempts_from_snakemake_logs(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    broken = "results/h100/time/paper/cuda_graph/L2_T062.json"
+    done = "results/h100/time/paper/cudnn/L2_T062.json"
+    Path(done).parent.mkdir(parents=True)
+    Path(done).write_text("{}")
+    log = tmp_path / "snakemake-1.log"
+    log.write_text(
+        snakemake_error_block("Thu Dec  3 16:00:42 2026", broken, "")  # stopped by a drain: no job log
+        + snakemake_error_block("Thu Dec  3 16:13:28 2026", broken, WORKER_LOG)
+        + "Select jobs to execute...\n"
+        + snakemake_error_block("Thu Dec  3 16:14:39 2026", broken, WORKER_LOG)
+        + snakemake_error_block("Thu Dec  3 16:15:00 2026", done, WORKER_LOG)  # has a result now
+    )
+    blocks = attempts.failed_jobs_in_snakemake_log(log.read_text())
+    assert [b["output"] for b in blocks] == [broken] * 3 + [done]
+    assert blocks[0]["log_text"] == "" and blocks[1]["log"] == "logs/h100/x.log"
+    assert attempts.backfill("results/h100", [log]) == {broken: 2}
+    got = attempts.load(attempts.ledger_path("results/h100", broken))
+    assert [a["when"] for a in got] == ["2026-12-03T16:13:28+00:00", "2026-12-03T16:14:39+00:00"]
+    assert {a["kind"] for a in got} == {"crash"} and got[0]["source"] == "snakemake-1.log"
+    assert got[0]["detail"].startswith("RuntimeError: Offset increment")
+    assert attempts.backfill("results/h100", [log]) == {}  # an existing ledger is left alone
+
+
+def test_a_job_that_broke_max_attempts_times_gets_a_terminal_result(tmp_path):
+    sys.path.insert(0, str(ROOT / "scripts"))
+    from run_task import gave_up
+
+    job = {"kind": "time", "tid": "L1_T081", "mode": "cuda_graph", "protocol": "paper", "params": {"seed": 42}}
+    ledger = tmp_path / "ledger.json"
+    for _ in range(2):
+        got = attempts.record(ledger, "L1_T081: infrastructure failure (CUDA fault or out of memory), see log", "infra")
+    assert gave_up(job, got[:1], 2) is None and gave_up(job, got, 0) is None
+    res = gave_up(job, got, 2)
+    assert res["status"] == "crashed" and res["score"] is None and res["mode"] == "cuda_graph"
+    assert res["reason"].startswith("broke in all 2 attempts") and len(res["failed_attempts"]) == 2
+    assert res["provenance"]["worker"] is False and res["params"] == {"seed": 42}
+    assert json.loads(ledger.read_text())["attempts"] == got
