@@ -443,9 +443,11 @@ def test_render_summary_markdown(tree):
     df = agg.load_results(*tree)
     md = agg.render_summary_markdown(df)
     tables = _tables(md)
-    # status table + (paper: default, cuda_graph) + (strict: default)
-    assert len(tables) == 4
+    # status table, flags, paper scores without stalls, (paper: default, cuda_graph), (strict: default)
+    assert len(tables) == 6
     _check_table(tables[0], 3)
+    assert tables[1][0].startswith("| Flag") and tables[2][0].startswith("| Mode")
+    tables = tables[:1] + tables[3:]
     for t in tables[1:]:
         _check_table(t, len(agg.STAT_ROWS))
         assert "L1 published" not in t[0] and "Level 1 published" in t[0] and "All measured" in t[0]

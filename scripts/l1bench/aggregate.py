@@ -26,6 +26,7 @@ import numpy as np
 import pandas as pd
 from tabulate import tabulate
 
+from . import stalls
 from .release import MODES, parse_task_id
 
 # --------------------------------------------------------------------------- conventions
@@ -110,6 +111,10 @@ COLUMNS = [
     "ci95_hi",
     "finished",
     "python",
+    # paper protocol: timed calls stretched by a host-side stall (l1bench.stalls) and the score
+    # without the pairs that hold one (the measured score itself is the harness's, unchanged)
+    "stalled_calls",
+    "score_without_stalls",
 ]
 
 NA = "–"  # shown for a missing number
@@ -285,6 +290,7 @@ def load_results(meta_paths, check_paths, time_paths, modes=None, protocols=None
     df["level"] = df["level"].astype("Int64")
     df["task"] = df["task"].astype("Int64")
     df["n_timings"] = df["n_timings"].astype("Int64")
+    df["stalled_calls"] = df["stalled_calls"].astype("Int64")
     return df
 
 
@@ -313,6 +319,8 @@ def _row(tid, mode, proto, meta: dict, check: dict, t: dict | None) -> dict:
     ci = strict.get("ci95") if isinstance(strict, dict) else None
     ci = ci if isinstance(ci, (list, tuple)) and len(ci) == 2 else (None, None)
     n_timings = t.get("n_timings")
+    stall = stalls.rescore(t.get("ref_ms") or [], t.get("custom_ms") or []) if status == "ok" and proto == "paper" else None
+    stall_flag = stalls.outlier_flag(t | {"protocol": proto}) if stall and stall["stalled_calls"] else None
     return {
         "device": meta.get("device"),
         "level": level,
@@ -327,7 +335,7 @@ def _row(tid, mode, proto, meta: dict, check: dict, t: dict | None) -> dict:
         "std": _num(t.get("score_std")),
         "n_timings": n_timings if isinstance(n_timings, int) and not isinstance(n_timings, bool) else None,
         "ratio": ratio,
-        "flags": _flag_names(t.get("flags"), check.get("flags")),
+        "flags": _flag_names(t.get("flags"), check.get("flags"), [stalls.FLAG] if stall_flag else []),
         "check_status": check.get("status"),
         "gpu": prov.get("gpu"),
         "driver": prov.get("driver"),
@@ -339,6 +347,8 @@ def _row(tid, mode, proto, meta: dict, check: dict, t: dict | None) -> dict:
         "ci95_hi": _num(ci[1]),
         "finished": prov.get("finished"),
         "python": prov.get("python"),
+        "stalled_calls": stall["stalled_calls"] if stall else None,
+        "score_without_stalls": _num(stall["score_without"]) if stall and stall["stalled_calls"] else math.nan,
     }
 
 
@@ -565,6 +575,71 @@ def _status_table(df) -> str:
     return md_table([[str(c) for c in row] for row in rows], headers, ["left", "left"] + ["right"] * 8)
 
 
+def flag_counts(df) -> tuple[list[tuple[str, str]], dict[str, dict]]:
+    """(protocol x mode combinations, {flag: {combination: tasks, "any": tasks}}), flags
+    ordered by the number of tasks carrying them in any combination."""
+    combos = sorted({(r.protocol, r.mode) for r in df.itertuples(index=False)},
+                    key=lambda c: (_protocol_key(c[0]), _mode_key(c[1]))) if len(df) else []
+    tasks: dict[str, dict] = {}
+    for r, fl in zip(df.itertuples(index=False), df["flags"].fillna("").astype(str).str.split(";") if len(df) else []):
+        for flag in filter(None, fl):
+            t = tasks.setdefault(flag, {"any": set()})
+            t.setdefault((r.protocol, r.mode), set()).add(r.tid)
+            t["any"].add(r.tid)
+    counts = {f: {k: len(v) for k, v in t.items()} for f, t in tasks.items()}
+    return combos, dict(sorted(counts.items(), key=lambda kv: (-kv[1]["any"], kv[0])))
+
+
+#: |measured/published - 1| within this counts as agreeing with the published score.
+AGREEMENT = 0.15
+
+
+def stall_sensitivity(df) -> pd.DataFrame:
+    """Per paper mode: agreement with the published scores as measured, and with each score
+    taken without its stalled pairs (``score_without_stalls``; scores without stalls as measured)."""
+    rows = []
+    sel = df[(df["protocol"] == "paper") & (df["status"] == "ok")] if len(df) else df
+    for mode in _modes(sel) if len(sel) else []:
+        g = sel[(sel["mode"] == mode) & (sel["published"] > 0) & sel["measured"].notna()]
+        if g.empty:
+            continue
+        clean = g["score_without_stalls"].where(g["score_without_stalls"].notna(), g["measured"])
+        row = {"mode": mode, "compared": len(g), "stalled": int((g["stalled_calls"].fillna(0) > 0).sum())}
+        for key, score in (("measured", g["measured"]), ("without", clean)):
+            r = score.astype(float) / g["published"].astype(float)
+            row |= {
+                f"{key}_agree": int(((r - 1).abs() <= AGREEMENT).sum()),
+                f"{key}_below_half": int((r < 0.5).sum()),
+                f"{key}_above_double": int((r > 2).sum()),
+                f"{key}_median": float(r.median()),
+            }
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def _stall_table(df) -> str:
+    sens = stall_sensitivity(df)
+    if sens.empty:
+        return ""
+    headers = ["Mode", "Compared", "With stalled calls", f"Within ±{AGREEMENT:.0%}", "< ½", "> 2×", "Median ratio"]
+    rows = [
+        [_mode_label(r.mode), r.compared, r.stalled,
+         f"{r.measured_agree} → {r.without_agree}", f"{r.measured_below_half} → {r.without_below_half}",
+         f"{r.measured_above_double} → {r.without_above_double}", f"{fmt(r.measured_median)} → {fmt(r.without_median)}"]
+        for r in sens.itertuples(index=False)
+    ]
+    return md_table(rows, headers, ["left"] + ["right"] * (len(headers) - 1))
+
+
+def _flag_table(df) -> str:
+    combos, counts = flag_counts(df)
+    if not counts:
+        return "No flags."
+    headers = ["Flag"] + [f"{_mode_label(m)} ({p})" for p, m in combos] + ["Tasks, any"]
+    rows = [[f"`{flag}`"] + [c.get(k, 0) for k in combos] + [c["any"]] for flag, c in counts.items()]
+    return md_table(rows, headers, ["left"] + ["right"] * (len(headers) - 1))
+
+
 def render_summary_markdown(df) -> str:
     """Per protocol and mode: published next to measured, per level and overall."""
     lines = ["# Summary: measured vs published speedups", ""]
@@ -585,7 +660,29 @@ def render_summary_markdown(df) -> str:
         "",
         _status_table(df),
         "",
+        "## Flags",
+        "",
+        "Tasks carrying each flag of the checks (detectors), the timing stage and the tables "
+        "(`SPEEDUP_CEILING`, `DEGENERATE_TASK` from the CPU scan, `EXTENSION_BUILD_FAILED`, "
+        f"`{stalls.FLAG}`: timed calls stalled by the host changed a paper score by more than "
+        f"{stalls.TOLERANCE:.0%} or caused its early stop; `score_without_stalls` in scores.csv). "
+        "A flag is for review: the score stays what the protocol measured.",
+        "",
+        _flag_table(df),
+        "",
     ]
+    stall_table = _stall_table(df)
+    if stall_table:
+        lines += [
+            "### Paper scores without stalled calls",
+            "",
+            "Measured/published as measured → with each score taken without the timed pairs that hold "
+            f"a stalled call (`{stalls.FLAG}`; early-stopped results only have the trials that ran). "
+            "A sensitivity check of the harness's mean-of-means formula, not a replacement score.",
+            "",
+            stall_table,
+            "",
+        ]
     levels = _levels(df)
     for proto in _protocols(df):
         lines += [f"## Protocol: {proto}", ""]

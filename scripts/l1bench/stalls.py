@@ -1,0 +1,90 @@
+"""Timed calls stretched by a host-side stall, found in a paper-protocol result's raw timings.
+
+A CUDA-event time covers everything between the two events on the stream, so a call whose
+launching thread is held up (descheduled, a driver lock) is timed with the stall: on the H200
+run a 0.03 ms call was now and then timed at 4.1–4.3 or 8.2 ms (multiples of a 4 ms
+scheduler tick). The paper protocol averages means, so one such call can move a score, and a
+stall in the first outer trial can trigger its early stop and end the measurement there.
+
+This module does not change any score (the paper protocol stays the harness's). It finds the
+stalled calls, rescores the result without the pairs that hold one, and says when that
+changes the result enough to matter (the ``TIMING_OUTLIER`` flag, for review).
+
+A call is *stalled* when it exceeds ``factor`` times the median of its side (all reference or
+all custom calls of the result) by at least ``min_extra_ms``.
+"""
+
+from __future__ import annotations
+
+import statistics
+
+FLAG = "TIMING_OUTLIER"
+FACTOR = 3.0
+MIN_EXTRA_MS = 1.0
+#: Relative change of the score, without the stalled pairs, that raises the flag.
+TOLERANCE = 0.10
+
+
+def stalled(values: list[float], median: float, factor: float = FACTOR, min_extra_ms: float = MIN_EXTRA_MS) -> list[bool]:
+    return [v > factor * median and v - median >= min_extra_ms for v in values]
+
+
+def rescore(ref_ms: list[list[float]], custom_ms: list[list[float]], factor: float = FACTOR,
+            min_extra_ms: float = MIN_EXTRA_MS) -> dict | None:
+    """The stalled calls of a paper-protocol result and its score without them.
+
+    ``ref_ms``/``custom_ms``: per outer trial, the timed calls in pair order (call *j* of both
+    lists was one pair). A pair is dropped when either call stalled; each trial scores
+    mean(ref)/mean(custom) over the pairs left, the result the mean over trials (the harness's
+    formula). None when there are no timings.
+    """
+    refs = [v for trial in ref_ms for v in trial]
+    cuss = [v for trial in custom_ms for v in trial]
+    if not refs or not cuss:
+        return None
+    med = {"ref": statistics.median(refs), "custom": statistics.median(cuss)}
+    n_stalled, worst, trials = 0, 0.0, []
+    for r, c in zip(ref_ms, custom_ms):
+        rs, cs = stalled(r, med["ref"], factor, min_extra_ms), stalled(c, med["custom"], factor, min_extra_ms)
+        n_stalled += sum(rs) + sum(cs)
+        worst = max([worst] + [v - med["ref"] for v, s in zip(r, rs) if s] + [v - med["custom"] for v, s in zip(c, cs) if s])
+        keep = [j for j in range(min(len(r), len(c))) if not (rs[j] or cs[j])]
+        trials.append(statistics.fmean(r[j] for j in keep) / statistics.fmean(c[j] for j in keep) if keep else None)
+    scored = [t for t in trials if t is not None]
+    return {
+        "stalled_calls": n_stalled,
+        "max_stall_ms": worst,
+        "median_ms": med,
+        "score_without": statistics.fmean(scored) if scored else None,
+        "trial_scores_without": trials,
+    }
+
+
+def outlier_flag(res: dict, tolerance: float = TOLERANCE) -> tuple[str, dict] | None:
+    """(reason, rescore info) when stalled calls matter to a paper-protocol result, else None.
+
+    They matter when the score without them differs by more than ``tolerance``, or when the
+    measurement stopped early after a first trial that, without them, would have continued.
+    """
+    if res.get("status") != "ok" or res.get("protocol", "paper") != "paper" or not res.get("score"):
+        return None
+    info = rescore(res.get("ref_ms") or [], res.get("custom_ms") or [])
+    if not info or not info["stalled_calls"] or info["score_without"] is None:
+        return None
+    score, without = float(res["score"]), info["score_without"]
+    params = res.get("params") or {}
+    stop = params.get("early_stop_below")
+    trials_run = len(res.get("ref_ms") or [])
+    early = stop is not None and trials_run < int(params.get("outer_trials", trials_run))
+    last = info["trial_scores_without"][-1]
+    early_by_stall = early and last is not None and last >= stop
+    if abs(without / score - 1) <= tolerance and not early_by_stall:
+        return None
+    reason = (
+        f"{info['stalled_calls']} timed call(s) stalled by up to {info['max_stall_ms']:.1f} ms "
+        f"(medians {info['median_ms']['ref']:.3g} / {info['median_ms']['custom']:.3g} ms ref / custom); "
+        f"without those pairs the score is {without:.2f}x, not {score:.2f}x"
+    )
+    if early_by_stall:
+        reason += f"; the early stop after trial {trials_run} (score < {stop}) came from them"
+    return reason, info
