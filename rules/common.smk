@@ -151,6 +151,24 @@ def selected_tids():
     return [rel.task_id(lv, tk) for lv, tk in ids]
 
 
+def reserve_timing_cpus():
+    """Keep this Snakemake process, and so every job it starts, off the GPUs' timing CPUs
+    (gpulock.keep_workflow_off_timing_cpus): only a lock holder's timing thread runs there.
+    Not for the CPU demo or a table rebuild, which time nothing on a GPU."""
+    if IS_DEMO or config["aggregate_only"]:
+        return []
+    from l1bench import gpulock
+
+    timing = gpulock.keep_workflow_off_timing_cpus(gpulock.visible_gpu_count())
+    if timing:
+        print(
+            f"timing CPUs {timing} reserved for the GPU lock holders; the workflow runs on the others",
+            file=sys.stderr,
+        )
+    return timing
+
+
+TIMING_CPUS = reserve_timing_cpus()
 LOCAL_RELEASE = load_local_release()
 if LOCAL_RELEASE is not None:
     materialise_task_folders(LOCAL_RELEASE)

@@ -5,6 +5,9 @@
 * ``overlapped``: the default design (parallel builds, several GPU jobs in flight whose
   kernel sections are serialised by the per-GPU lock).
 
+Besides wall time it reports what the overlap may cost in measurement quality: the timed calls
+that a host-side stall stretched (l1bench.stalls), per 1000, in each run.
+
 Each run writes its own results tree (``results_dir``), so both build from scratch.
 
     python scripts/benchmark_pipeline.py --device h100 --release-dir ../shared/cuda-l1 \\
@@ -23,7 +26,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from l1bench.stagetimes import collect, table  # noqa: E402
+from l1bench import stalls  # noqa: E402
+from l1bench.stagetimes import collect, results, table  # noqa: E402
 
 
 def run(name: str, args, cores: int, gpu_jobs: int) -> dict:
@@ -39,8 +43,9 @@ def run(name: str, args, cores: int, gpu_jobs: int) -> dict:
     rc = subprocess.run(cmd, cwd=Path(__file__).resolve().parents[1]).returncode
     wall = time.monotonic() - t0
     stats = collect(out / args.device)
-    print(f"\n## {name}: {wall:.1f} s wall (snakemake exit {rc})\n\n{table(stats)}")
-    return {"wall_s": wall, "rc": rc, "stages": stats}
+    rate = stalls.stall_rate(r for r in results(out / args.device) if r["kind"] == "time")
+    print(f"\n## {name}: {wall:.1f} s wall (snakemake exit {rc})\n\n{table(stats)}\n{stalls.describe_rate(rate)}")
+    return {"wall_s": wall, "rc": rc, "stages": stats, "stalls": rate}
 
 
 def main(argv=None) -> int:
@@ -57,6 +62,10 @@ def main(argv=None) -> int:
     serial = run("serial", args, 1, 1)
     overlapped = run("overlapped", args, args.cores, args.gpu_jobs)
     print(f"\nspeed ratio serial/overlapped: {serial['wall_s'] / overlapped['wall_s']:.2f}x")
+    # what the speed costs in measurement quality: timed calls a host-side stall stretched
+    per = {k: 1000 * r["stalls"]["stalled_calls"] / max(r["stalls"]["timed_calls"], 1)
+           for k, r in (("serial", serial), ("overlapped", overlapped))}
+    print(f"stalled timed calls per 1000: serial {per['serial']:.1f}, overlapped {per['overlapped']:.1f}")
     if args.json:
         Path(args.json).write_text(json.dumps({"serial": serial, "overlapped": overlapped}, indent=1, default=str))
     return 0

@@ -20,10 +20,17 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,memory.used --fo
 # Results made by an earlier call on this node (newer than the checkout's copies win).
 [ -f .devstate/results.tgz ] && tar xzf .devstate/results.tgz --keep-newer-files 2>/dev/null
 stamp=$(date +%Y%m%dT%H%M%S)
-nvidia-smi --query-gpu=timestamp,utilization.gpu,memory.used,clocks.sm,clocks.mem,power.draw \
+# The samplers stay off the GPUs' timing CPUs (the highest ones, one per GPU; the workflow
+# keeps itself and its jobs off them too: gpulock.keep_workflow_off_timing_cpus).
+ngpu=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ')
+off_timing=()
+if command -v taskset >/dev/null && [ "$(nproc)" -ge 4 ] && [ "$ngpu" -ge 1 ] && [ "$(nproc)" -ge $((2 * ngpu)) ]; then
+    off_timing=(taskset -c "0-$(($(nproc) - 1 - ngpu))")
+fi
+"${off_timing[@]}" nvidia-smi --query-gpu=timestamp,utilization.gpu,memory.used,clocks.sm,clocks.mem,power.draw \
     --format=csv,noheader,nounits -l 1 >"logs/samples/gpu-$stamp.csv" 2>/dev/null &
 gpu_sampler=$!
-(while sleep 1; do echo "$(date +%s) $(head -1 /proc/stat)"; done) >"logs/samples/cpu-$stamp.txt" &
+"${off_timing[@]}" bash -c 'while sleep 1; do echo "$(date +%s) $(head -1 /proc/stat)"; done' >"logs/samples/cpu-$stamp.txt" &
 cpu_sampler=$!
 site=${L1_SITE:-/tmp/l1bench-site}
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \

@@ -2,6 +2,7 @@
 
 import contextlib
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -244,6 +245,65 @@ def test_core_plan_reserves_one_timing_cpu_per_device():
     assert core_plan(range(2), 1) == ([], {0, 1})  # a CI box: nothing reserved
     assert core_plan(range(8), 5) == ([], set(range(8)))  # fewer than two CPUs per device
     assert core_plan([3, 1, 2, 0], 0) == ([], {0, 1, 2, 3})
+
+
+class FakeAffinity:
+    """os.sched_getaffinity / sched_setaffinity of a 16-CPU machine, per thread id."""
+
+    def __init__(self, monkeypatch, cpus=range(16), tids=(101, 102)):
+        import os
+
+        self.masks = {0: set(cpus)} | {t: set(cpus) for t in tids}
+        monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(self.masks[pid]))
+        monkeypatch.setattr(os, "sched_setaffinity", self.set)
+        monkeypatch.setattr(os, "listdir", lambda path: [str(t) for t in tids] if path == "/proc/self/task" else [])
+
+    def set(self, pid, cpus):
+        self.masks[pid] = set(cpus)
+
+
+def test_the_workflow_keeps_every_process_off_the_timing_cpu(monkeypatch):
+    from l1bench import gpulock
+
+    monkeypatch.delenv(gpulock.RESERVED_ENV, raising=False)
+    monkeypatch.delenv(gpulock.TIMING_CPU_ENV, raising=False)
+    aff = FakeAffinity(monkeypatch)
+    assert gpulock.keep_workflow_off_timing_cpus(1) == [15]
+    assert aff.masks[101] == aff.masks[102] == set(range(15))  # every thread, so every child
+    assert gpulock.reserved_plan(range(16)) == ([15], set(range(15)))
+    assert gpulock.keep_workflow_off_timing_cpus(1) == [15]  # once: not CPU 14 next time
+    # a worker started by it takes the workflow's plan, not one from its own (smaller) mask
+    aff.masks[0] = set(range(15))
+    assert gpulock.reserve_timing_cpus(1, 0) == 15 and aff.masks[0] == set(range(15))
+    assert os.environ[gpulock.TIMING_CPU_ENV] == "15"
+    monkeypatch.setenv(gpulock.RESERVED_ENV, "")
+    monkeypatch.delenv(gpulock.TIMING_CPU_ENV)
+    aff.masks[0] = set(range(15))  # without the plan the worker would reserve CPU 14
+    assert gpulock.reserve_timing_cpus(1, 0) == 14
+
+
+def test_no_timing_cpu_on_a_small_machine_or_without_gpus(monkeypatch):
+    from l1bench import gpulock
+
+    monkeypatch.delenv(gpulock.RESERVED_ENV, raising=False)
+    aff = FakeAffinity(monkeypatch, cpus=range(2))
+    assert gpulock.keep_workflow_off_timing_cpus(1) == [] and aff.masks[101] == {0, 1}
+    FakeAffinity(monkeypatch)
+    assert gpulock.keep_workflow_off_timing_cpus(0) == []
+    assert gpulock.RESERVED_ENV not in os.environ
+
+
+def test_visible_gpu_count_without_starting_cuda(monkeypatch):
+    import shutil
+
+    from l1bench import gpulock
+
+    for visible, n in (("0,1", 2), ("", 0), ("-1", 0), ("GPU-3f2a", 1)):
+        monkeypatch.setenv("CUDA_VISIBLE_DEVICES", visible)
+        assert gpulock.visible_gpu_count() == n, visible
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES")
+    monkeypatch.setattr(shutil, "which", lambda name: None)
+    assert gpulock.visible_gpu_count() == 0
 
 
 def test_lock_holder_runs_on_the_timing_cpu(tmp_path, monkeypatch):

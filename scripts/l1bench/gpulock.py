@@ -28,6 +28,12 @@ STATUS_ENV = "L1BENCH_LOCK_STATUS"
 #: is then the same as on an idle one.
 TIMING_CPU_ENV = "L1BENCH_TIMING_CPU"
 
+#: Environment variable listing the timing CPUs the *workflow* reserved (comma-separated, one
+#: per device): set by :func:`keep_workflow_off_timing_cpus` in the Snakemake process, which
+#: then runs on the other CPUs, and so does every process it starts (job scripts, workers,
+#: compilers). Workers take their plan from it instead of computing one from their own mask.
+RESERVED_ENV = "L1BENCH_TIMING_CPUS"
+
 
 def core_plan(cpus, n_devices: int, min_cpus: int = 4) -> tuple[list[int], set[int]]:
     """(timing CPU of each device's lock, CPUs for everything else).
@@ -51,14 +57,77 @@ def reserve_timing_cpus(n_devices: int, device_index: int | None) -> int | None:
     """
     if not hasattr(os, "sched_setaffinity"):
         return None
-    timing, rest = core_plan(os.sched_getaffinity(0), n_devices)
-    if not timing:
+    timing, rest = reserved_plan(os.sched_getaffinity(0)) or core_plan(os.sched_getaffinity(0), n_devices)
+    if not timing or not rest:
         return None
     os.sched_setaffinity(0, rest)
     if device_index is None or device_index >= len(timing):
         return None
     os.environ[TIMING_CPU_ENV] = str(timing[device_index])
     return timing[device_index]
+
+
+def reserved_plan(cpus) -> tuple[list[int], set[int]] | None:
+    """The workflow's plan (:data:`RESERVED_ENV`) as (timing CPUs, the others of ``cpus``), or
+    None when the workflow reserved none."""
+    try:
+        timing = [int(c) for c in os.environ.get(RESERVED_ENV, "").split(",") if c.strip()]
+    except ValueError:
+        return None
+    return (timing, set(cpus) - set(timing)) if timing else None
+
+
+def visible_gpu_count() -> int:
+    """NVIDIA GPUs this machine's jobs will see, without starting CUDA in this process:
+    ``CUDA_VISIBLE_DEVICES`` when set, else ``nvidia-smi -L``; 0 when neither says."""
+    import shutil
+    import subprocess
+
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None:
+        ids = [d.strip() for d in visible.split(",") if d.strip()]
+        return 0 if not ids or ids[0].startswith("-") else len(ids)
+    if not shutil.which("nvidia-smi"):
+        return 0
+    try:
+        out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=30).stdout
+    except (OSError, subprocess.SubprocessError):
+        return 0
+    return sum(1 for line in out.splitlines() if line.startswith("GPU "))
+
+
+def _set_process_affinity(cpus: set[int]) -> None:
+    """Every thread of this process onto ``cpus`` (threads started later inherit it)."""
+    tids = [0]
+    with contextlib.suppress(OSError):
+        tids = [int(t) for t in os.listdir("/proc/self/task")]
+    for tid in tids:
+        with contextlib.suppress(OSError):  # a thread that just ended
+            os.sched_setaffinity(tid, cpus)
+
+
+def keep_workflow_off_timing_cpus(n_devices: int) -> list[int]:
+    """In the workflow's own process: reserve one timing CPU per device and move this process
+    (and so everything it will start) onto the other CPUs; returns the timing CPUs ([] when
+    the machine is too small or has no devices; then nothing changes).
+
+    Only the lock holder's timing thread is moved onto its device's timing CPU later, so no
+    job's start-up (interpreter, imports), no Snakemake bookkeeping and no compiler can be
+    scheduled there while a job times its calls. Workers alone keeping off it (their own
+    :func:`reserve_timing_cpus`) left these processes free to land on it: on the H200 run
+    timed 0.03 ms calls were then and then stretched to 4 or 8 ms, most often when the other
+    CPUs were saturated.
+    """
+    if not hasattr(os, "sched_setaffinity"):
+        return []
+    if reserved_plan(os.sched_getaffinity(0)):  # a parent workflow already did
+        return reserved_plan(os.sched_getaffinity(0))[0]
+    timing, rest = core_plan(os.sched_getaffinity(0), n_devices)
+    if not timing:
+        return []
+    _set_process_affinity(rest)
+    os.environ[RESERVED_ENV] = ",".join(map(str, timing))
+    return timing
 
 
 def _pin_to_timing_cpu():

@@ -3,7 +3,8 @@
 ``python scripts/l1bench/stagetimes.py results/h100`` prints, per stage (build, check,
 each time mode): results, jobs that ran a worker, summed job wall time, summed time holding the GPU lock (the
 exclusive GPU cost), summed torch.compile warm-up, and the span from the first start to
-the last finish. ``--since``/``--until`` restrict it to one call of a chunked run.
+the last finish, and how many paper-protocol timed calls a host-side stall stretched
+(l1bench.stalls). ``--since``/``--until`` restrict it to one call of a chunked run.
 """
 
 from __future__ import annotations
@@ -16,6 +17,12 @@ from pathlib import Path
 
 from tabulate import tabulate
 
+try:
+    from l1bench import stalls
+except ImportError:  # run as a file: scripts/l1bench/stagetimes.py
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from l1bench import stalls
+
 
 def stage_of(res: dict) -> str:
     return res["kind"] if res["kind"] != "time" else f"time:{res.get('protocol', 'paper')}:{res['mode']}"
@@ -26,11 +33,9 @@ def _when(text: str) -> datetime:
     return t if t.tzinfo else t.replace(tzinfo=timezone.utc)
 
 
-def collect(root, since: str | None = None, until: str | None = None) -> dict:
-    """Per-stage sums over the results under ``root``; with ``since``/``until`` (ISO times),
-    only the results whose worker started in that window (one call of a chunked run)."""
-    stats: dict = defaultdict(lambda: defaultdict(float))
-    spans: dict = {}
+def results(root, since: str | None = None, until: str | None = None):
+    """The build/check/time results under ``root``; with ``since``/``until`` (ISO times),
+    only those whose worker started in that window (one call of a chunked run)."""
     lo_t, hi_t = (_when(since) if since else None), (_when(until) if until else None)
     for path in Path(root).glob("**/*.json"):
         if path.parent.name == "tasks" or path.name == "meta.json":
@@ -39,13 +44,22 @@ def collect(root, since: str | None = None, until: str | None = None) -> dict:
             res = json.loads(path.read_text())
         except ValueError:
             continue
-        if res.get("kind") not in ("build", "check", "time"):
+        if not isinstance(res, dict) or res.get("kind") not in ("build", "check", "time"):
             continue
         prov = res.get("provenance", {})
         if lo_t or hi_t:
             started = _when(prov["started"]) if prov.get("started") else None
             if started is None or (lo_t and started < lo_t) or (hi_t and started >= hi_t):
                 continue
+        yield res
+
+
+def collect(root, since: str | None = None, until: str | None = None) -> dict:
+    """Per-stage sums over :func:`results`."""
+    stats: dict = defaultdict(lambda: defaultdict(float))
+    spans: dict = {}
+    for res in results(root, since, until):
+        prov = res.get("provenance", {})
         st = stats[stage_of(res)]
         st["jobs"] += 1
         st["worker_jobs"] += prov.get("worker") is not False
@@ -155,6 +169,8 @@ def main(argv: list[str]) -> None:
         f"\nfirst start to last finish {o['span_s']:.0f} s; GPU lock held {o['gpu_lock_s']:.0f} s "
         f"({100 * o['lock_share']:.0f} % of it)"
     )
+    print(stalls.describe_rate(stalls.stall_rate(r for r in results(args.root, args.since, args.until)
+                                                 if r["kind"] == "time")))
     if args.samples:
         print(samples_summary(args.samples))
 

@@ -88,3 +88,29 @@ def outlier_flag(res: dict, tolerance: float = TOLERANCE) -> tuple[str, dict] | 
     if early_by_stall:
         reason += f"; the early stop after trial {trials_run} (score < {stop}) came from them"
     return reason, info
+
+
+def stall_rate(results) -> dict:
+    """Over paper-protocol result dicts: results, timed calls, stalled calls, flagged results."""
+    out = {"results": 0, "timed_calls": 0, "stalled_calls": 0, "flagged": 0}
+    for res in results:
+        if res.get("status") != "ok" or res.get("protocol", "paper") != "paper" or not res.get("ref_ms"):
+            continue
+        info = rescore(res["ref_ms"], res.get("custom_ms") or [])
+        if info is None:
+            continue
+        out["results"] += 1
+        out["timed_calls"] += sum(map(len, res["ref_ms"])) + sum(map(len, res.get("custom_ms") or []))
+        out["stalled_calls"] += info["stalled_calls"]
+        out["flagged"] += outlier_flag(res) is not None
+    return out
+
+
+def describe_rate(rate: dict) -> str:
+    if not rate["timed_calls"]:
+        return "no paper-protocol timings"
+    per = 1000 * rate["stalled_calls"] / rate["timed_calls"]
+    return (
+        f"timed calls stalled by the host: {rate['stalled_calls']} of {rate['timed_calls']} ({per:.1f} per 1000); "
+        f"paper results flagged {FLAG}: {rate['flagged']} of {rate['results']}"
+    )
