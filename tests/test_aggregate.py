@@ -724,3 +724,23 @@ def test_withdrawn_flags_leave_the_tables_only_for_the_listed_tasks():
     assert list(out["flags"]) == ["SAME_STORAGE", "", "DEGENERATE_TASK"]
     assert list(df["flags"])[0] == "DEGENERATE_TASK;SAME_STORAGE"  # the input is not changed
     assert withdraw_flags(df, {}) is df
+
+
+def test_extension_failures_merge_results_and_annotations(tmp_path):
+    from l1bench import extensions
+
+    assert extensions.cause_of('error: no suitable conversion from "const at::DeprecatedTypeProperties"') == extensions.API
+    assert extensions.cause_of("error: ‘forward’ was not declared in this scope") == extensions.SOURCE
+    assert extensions.cause_of("Error building extension 'x'") == extensions.UNKNOWN
+    err = "/x/build/ext/L1_T010/m/main.cpp:35:1: error: redefinition of ‘PyObject* PyInit_m()’"
+    _write(tmp_path / "check/L1_T010.json", {"tid": "L1_T010", "extension_failures": [{"extension": "m", "error": err}]})
+    _write(tmp_path / "check/L1_T011.json", {"tid": "L1_T011", "extension_failures": [
+        {"extension": "n", "error": "Error building extension 'n'"}]})
+    _write(tmp_path / "extension_failures.json", {"tasks": {
+        "L1_T011": {"extension": "n", "cause": "source", "error": "error: ‘f’ was not declared", "log": "a.log"},
+        "L1_T005": {"extension": "k", "cause": "source", "error": "error: ‘g’ was not declared", "log": "b.log"}}})
+    found = extensions.collect(tmp_path)
+    assert list(found) == ["L1_T005", "L1_T010", "L1_T011"]
+    assert found["L1_T010"]["error"] == "error: redefinition of ‘PyObject* PyInit_m()’"
+    assert found["L1_T011"]["error"] == "error: ‘f’ was not declared"  # the log had the message
+    assert "**3 tasks**" in extensions.render(tmp_path)
