@@ -59,10 +59,10 @@ def test_slice_report_shows_status_scores_flags_and_missing_tasks():
     assert "No result at all for: L2_T005" in text
 
 
-def _write_time(root, tid, score, trials=7, status="ok"):
+def _write_time(root, tid, score, trials=7, status="ok", **extra):
     d = root / "time" / "paper" / "default"
     d.mkdir(parents=True, exist_ok=True)
-    res = {"status": status, "score": score, "trial_scores": [score] * trials, "params": {"outer_trials": 7}}
+    res = {"status": status, "score": score, "trial_scores": [score] * trials, "params": {"outer_trials": 7}} | extra
     (d / f"{tid}.json").write_text(json.dumps(res))
 
 
@@ -82,6 +82,21 @@ def test_run_to_run_reports_median_max_and_separates_early_stops(tmp_path):
     assert (rr["n_full"], rr["max_full"]) == (2, pytest.approx(0.1))
     text = compare.render_run_to_run(rr, "a", "b")
     assert text.index("L1_T003") < text.index("L1_T001")  # largest difference first
+
+
+def test_run_to_run_without_stalled_pairs(tmp_path):
+    """A first run whose score came from one stalled call agrees once that pair is left out."""
+    a, b = tmp_path / "a", tmp_path / "b"
+    fast, custom = [0.03] * 5, [0.015] * 5
+    stalled = [0.015, 8.2, 0.015, 0.015, 0.015]
+    _write_time(a, "L1_T001", 0.04, trials=1, ref_ms=[fast], custom_ms=[stalled])
+    _write_time(b, "L1_T001", 2.0, ref_ms=[fast] * 7, custom_ms=[custom] * 7)
+    rr = compare.run_to_run(a, b)
+    row = rr["rows"][0]
+    assert row["stalled_calls"] == 1 and row["rel_diff"] == pytest.approx(49.0)
+    assert row["rel_diff_without_stalls"] == pytest.approx(0.0, abs=1e-9)
+    assert rr["max_without_stalls"] == pytest.approx(0.0, abs=1e-9)
+    assert "without the timed pairs holding a call stalled" in compare.render_run_to_run(rr, "a", "b")
 
 
 def test_cli_reports_a_bad_task_file_in_one_line(tmp_path, capsys):

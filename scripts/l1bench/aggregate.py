@@ -149,7 +149,7 @@ def _append_flag(df: pd.DataFrame, rows, name: str) -> pd.DataFrame:
     """A copy of ``df`` with flag ``name`` appended on the selected rows."""
     df = df.copy()
     flags = df["flags"].fillna("").astype(str)
-    df.loc[rows, "flags"] = [";".join(filter(None, [f, name])) for f in flags[rows]]
+    df.loc[rows, "flags"] = [f if name in f.split(";") else ";".join(filter(None, [f, name])) for f in flags[rows]]
     return df
 
 

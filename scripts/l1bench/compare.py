@@ -26,6 +26,7 @@ if __package__ in (None, ""):  # run as a script: make the l1bench package impor
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from l1bench import release as rel  # noqa: E402
+from l1bench import stalls  # noqa: E402
 from l1bench.aggregate import MODE_LABELS, NA, md_table  # noqa: E402
 from l1bench.aggregate import fmt as _fmt  # noqa: E402
 from l1bench.io import atomic_write_text  # noqa: E402
@@ -170,10 +171,21 @@ def run_to_run(first_root, second_root, mode: str = "default", protocol: str = "
         if ra.get("status") != "ok" or rb.get("status") != "ok" or not sa or sb is None:
             continue
         stopped = any(len(r.get("trial_scores") or []) < (r.get("params") or {}).get("outer_trials", 0) for r in (ra, rb))
-        rows.append({"tid": tid, "first": sa, "second": sb, "rel_diff": abs(sb - sa) / sa, "early_stopped": stopped})
+        # the same comparison with each score taken without its stalled pairs (l1bench.stalls)
+        clean, stalled = [], 0
+        for r, score in ((ra, sa), (rb, sb)):
+            info = stalls.rescore(r.get("ref_ms") or [], r.get("custom_ms") or [])
+            n = info["stalled_calls"] if info else 0
+            stalled += n
+            clean.append(info["score_without"] if n and info["score_without"] else score)
+        rows.append({"tid": tid, "first": sa, "second": sb, "rel_diff": abs(sb - sa) / sa, "early_stopped": stopped,
+                     "stalled_calls": stalled, "rel_diff_without_stalls": abs(clean[1] - clean[0]) / clean[0]})
     diffs = [r["rel_diff"] for r in rows]
     full = [r["rel_diff"] for r in rows if not r["early_stopped"]]
+    clean = [r["rel_diff_without_stalls"] for r in rows]
     return {
+        "median_without_stalls": statistics.median(clean) if clean else None,
+        "max_without_stalls": max(clean) if clean else None,
         "mode": mode,
         "protocol": protocol,
         "rows": rows,
@@ -197,13 +209,17 @@ def render_run_to_run(rr: dict, first_label: str, second_label: str) -> str:
         f"* all {rr['n']}: median **{pct(rr['median'])}**, max **{pct(rr['max'])}**",
         f"* the {rr['n_full']} whose two results ran all outer trials: median {pct(rr['median_full'])}, "
         f"max {pct(rr['max_full'])}",
+        f"* all {rr['n']}, each score taken without the timed pairs holding a call stalled by the host "
+        f"(`l1bench.stalls`): median {pct(rr.get('median_without_stalls'))}, max {pct(rr.get('max_without_stalls'))}",
         "",
     ]
     rows = [
-        [r["tid"], _fmt(r["first"], 3), _fmt(r["second"], 3), pct(r["rel_diff"]), "yes" if r["early_stopped"] else ""]
+        [r["tid"], _fmt(r["first"], 3), _fmt(r["second"], 3), pct(r["rel_diff"]), "yes" if r["early_stopped"] else "",
+         str(r.get("stalled_calls", 0) or ""), pct(r.get("rel_diff_without_stalls"))]
         for r in sorted(rr["rows"], key=lambda r: -r["rel_diff"])
     ]
-    lines.append(md_table(rows, ["Task", "First", "Second", "Rel. difference", "Early stop in a run"]))
+    lines.append(md_table(rows, ["Task", "First", "Second", "Rel. difference", "Early stop in a run",
+                                 "Stalled calls", "Without stalls"]))
     return "\n".join(lines) + "\n"
 
 
