@@ -744,3 +744,18 @@ def test_extension_failures_merge_results_and_annotations(tmp_path):
     assert found["L1_T010"]["error"] == "error: redefinition of ‘PyObject* PyInit_m()’"
     assert found["L1_T011"]["error"] == "error: ‘f’ was not declared"  # the log had the message
     assert "**3 tasks**" in extensions.render(tmp_path)
+
+
+def test_report_findings_name_what_holds_what_does_not_and_what_fails(tree):
+    df = agg.load_results(*tree)
+    lines = agg.render_findings(df)
+    text = "\n".join(lines)
+    assert lines[0] == "## Findings (generated from the results)"
+    # L1_T001 default 3.0 vs 2.0 published: not within 15 %; L3_T005 0.5 vs 2.0: below half
+    assert "* Default: 0 of 2 (0); below ½ 1 (1), above 2× 0 (0)" in text
+    assert "Default, below ½: L3_T005 2.00× → 0.50×" in text
+    # L3_T005 passed its check but failed in CUDA Graph mode: named with the reason
+    assert "* L3_T005, CUDA Graph (paper) — runtime_error: CUDA error" in text
+    assert "Tasks that fail the checks" not in text  # every check passed in this tree
+    assert "## Findings" in agg.render_report(df, {}, [], {})
+    assert agg.render_findings(df.iloc[0:0]) == []

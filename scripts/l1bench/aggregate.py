@@ -1055,6 +1055,76 @@ def provenance_from_df(df) -> dict:
     }
 
 
+def _robust_outliers(df, mode: str, below: bool) -> pd.DataFrame:
+    """Paper results of ``mode`` below ½ (or above 2×) of published both as measured and
+    without their stalled pairs, largest disagreement first."""
+    g = df[(df["protocol"] == "paper") & (df["mode"] == mode) & (df["status"] == "ok") & (df["published"] > 0)]
+    g = g[g["measured"].notna()].copy()
+    clean = g["score_without_stalls"].where(g["score_without_stalls"].notna(), g["measured"]).astype(float)
+    pub = g["published"].astype(float)
+    keep = ((g["measured"] < 0.5 * pub) & (clean < 0.5 * pub)) if below else ((g["measured"] > 2 * pub) & (clean > 2 * pub))
+    g = g[keep].assign(_r=(g["measured"].astype(float) / pub))
+    return g.sort_values("_r", ascending=below)
+
+
+def _task_list(rows, limit: int = 10) -> str:
+    items = [
+        f"{r.tid} {fmt(r.published)}× → {fmt(r.measured)}×" + (f" ({md_escape(r.flags, 60)})" if isinstance(r.flags, str) and r.flags else "")
+        for r in rows.head(limit).itertuples(index=False)
+    ]
+    more = len(rows) - limit
+    return "; ".join(items) + (f"; and {more} more (per_task.md)" if more > 0 else "")
+
+
+def render_findings(df) -> list[str]:
+    """The report's findings, generated from the results: which published speedups hold, which
+    do not, and which tasks fail the checks (with the reason of each)."""
+    if df.empty:
+        return []
+    lines = ["## Findings (generated from the results)", ""]
+    sens = stall_sensitivity(df)
+    if not sens.empty:
+        lines += [
+            f"**Which published speedups hold** (paper protocol; |measured/published − 1| ≤ {AGREEMENT:.0%}; "
+            f"in brackets: with each score taken without its stalled calls, `{stalls.FLAG}`). "
+            f"Measured on {_most_common(df['gpu']) or 'this GPU'}, published on the release's GPU:",
+            "",
+        ]
+        for r in sens.itertuples(index=False):
+            lines.append(
+                f"* {_mode_label(r.mode)}: {r.measured_agree} of {r.compared} ({r.without_agree}); "
+                f"below ½ {r.measured_below_half} ({r.without_below_half}), above 2× {r.measured_above_double} "
+                f"({r.without_above_double}); median measured/published {fmt(r.measured_median)}"
+            )
+        lines.append("")
+    out_lines = []
+    for mode in _modes(df):
+        lo, hi = _robust_outliers(df, mode, True), _robust_outliers(df, mode, False)
+        if len(lo):
+            out_lines.append(f"* {_mode_label(mode)}, below ½: {_task_list(lo)}")
+        if len(hi):
+            out_lines.append(f"* {_mode_label(mode)}, above 2×: {_task_list(hi)}")
+    if out_lines:
+        lines += ["**Which do not hold** (paper protocol, below ½ or above 2× of published also without "
+                  "stalled calls; flags in brackets):", "", *out_lines, ""]
+    checks = df.drop_duplicates("tid")
+    checks = checks[checks["check_status"].notna() & ~checks["check_status"].isin(["pass", "no_code"])]
+    if len(checks):
+        lines += ["**Tasks that fail the checks** (every mode carries the check's status):", ""]
+        for r in checks.sort_values(["level", "task"]).itertuples(index=False):
+            reason = str(r.reason or "").removeprefix("check: ")
+            lines.append(f"* {r.tid} — {r.check_status}: {md_escape(reason, 200)}")
+        lines.append("")
+    cls = df["status"].map(status_class)
+    one_mode = df[(cls == "failed") & (df["check_status"] == "pass")]
+    if len(one_mode):
+        lines += ["**Failures in one mode** (the check passed):", ""]
+        for r in one_mode.sort_values(["level", "task"]).itertuples(index=False):
+            lines.append(f"* {r.tid}, {_mode_label(r.mode)} ({r.protocol}) — {r.status}: {md_escape(r.reason, 200)}")
+        lines.append("")
+    return lines
+
+
 def render_report(df, provenance: dict, figures: list, tables: dict) -> str:
     """``results/{device}/README.md``.
 
@@ -1145,6 +1215,7 @@ def render_report(df, provenance: dict, figures: list, tables: dict) -> str:
     else:
         lines += ["No results.", ""]
 
+    lines += render_findings(df)
     lines += ["## Files", ""]
     for text, rel in (tables or {}).items():
         lines.append(f"- [{text}]({rel})")
