@@ -152,7 +152,7 @@ def main(smk) -> None:
     job = make_job(smk)
     logging.info("job %s", job)
     # nothing to run: no worker (no interpreter, no CUDA context)
-    ledger, max_attempts = ledger_file(smk), int(smk.config.get("max_attempts", 0))
+    ledger, max_attempts = ledger_file(smk), int(smk.config["max_attempts"])
     attempts = attempts_mod.load(ledger)
     res = no_code_result(job) or nothing_to_build(job) or carried_forward(job) or gave_up(job, attempts, max_attempts)
     if res is None:

@@ -26,7 +26,7 @@ import numpy as np
 import pandas as pd
 from tabulate import tabulate
 
-from . import stalls
+from . import attempts, stalls
 from .release import MODES, parse_task_id
 
 # --------------------------------------------------------------------------- conventions
@@ -74,11 +74,8 @@ FAILED_STATUSES = frozenset(
         "incorrect",
         "runtime_error",
         "baseline_error",
-        # broke in every attempt (l1bench.attempts): the worker crashed or timed out
-        "crashed",
-        "timeout",
     }
-)
+) | attempts.STATUSES  # broke in every attempt: the worker crashed or timed out
 #: Statuses meaning "not attempted, by design".
 NOT_RUN_STATUSES = frozenset({"no_code", "no_baseline", "unsupported", "skipped"})
 #: Status of a task/mode with meta but no time file.

@@ -120,8 +120,9 @@ def keep_workflow_off_timing_cpus(n_devices: int) -> list[int]:
     """
     if not hasattr(os, "sched_setaffinity"):
         return []
-    if reserved_plan(os.sched_getaffinity(0)):  # a parent workflow already did
-        return reserved_plan(os.sched_getaffinity(0))[0]
+    already = reserved_plan(os.sched_getaffinity(0))
+    if already:  # a parent workflow already did
+        return already[0]
     timing, rest = core_plan(os.sched_getaffinity(0), n_devices)
     if not timing:
         return []
