@@ -86,3 +86,12 @@ def test_stall_rate_counts_paper_timings_only():
     assert rate == {"results": 2, "timed_calls": 140, "stalled_calls": 1, "flagged": 1}
     assert "1 of 140 (7.1 per 1000)" in stalls.describe_rate(rate)
     assert stalls.describe_rate(stalls.stall_rate([])) == "no paper-protocol timings"
+
+
+def test_flagged_results_lists_the_files_to_retime(tmp_path):
+    stalled = paper_result([list(FAST)] * 7, [[0.015, 4.2, 0.015, 0.015, 0.015]] * 2 + [[0.015] * 5] * 5)
+    quiet = paper_result([list(FAST)] * 7, [[0.015] * 5] * 7)
+    for mode, res in (("default", stalled), ("cudnn", quiet)):
+        (tmp_path / "time/paper" / mode).mkdir(parents=True)
+        (tmp_path / "time/paper" / mode / "L1_T001.json").write_text(json.dumps(res))
+    assert stalls.flagged_results(tmp_path) == [str(tmp_path / "time/paper/default/L1_T001.json")]

@@ -114,3 +114,35 @@ def describe_rate(rate: dict) -> str:
         f"timed calls stalled by the host: {rate['stalled_calls']} of {rate['timed_calls']} ({per:.1f} per 1000); "
         f"paper results flagged {FLAG}: {rate['flagged']} of {rate['results']}"
     )
+
+
+def flagged_results(results_root) -> list[str]:
+    """Paths of the paper-protocol time results under ``results_root`` that :func:`outlier_flag`
+    flags, sorted (to re-time them: ``--forcerun`` these files)."""
+    import json
+    from pathlib import Path
+
+    out = []
+    for path in sorted(Path(results_root).glob("time/paper/*/*.json")):
+        try:
+            res = json.loads(path.read_text())
+        except ValueError:
+            continue
+        if isinstance(res, dict) and outlier_flag(res) is not None:
+            out.append(str(path))
+    return out
+
+
+def main(argv=None) -> int:
+    import argparse
+
+    ap = argparse.ArgumentParser(description="List the paper results flagged TIMING_OUTLIER (one path a line).")
+    ap.add_argument("results_root", help="results/<device>")
+    args = ap.parse_args(argv)
+    for path in flagged_results(args.results_root):
+        print(path)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
