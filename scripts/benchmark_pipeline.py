@@ -63,9 +63,8 @@ def main(argv=None) -> int:
     overlapped = run("overlapped", args, args.cores, args.gpu_jobs)
     print(f"\nspeed ratio serial/overlapped: {serial['wall_s'] / overlapped['wall_s']:.2f}x")
     # what the speed costs in measurement quality: timed calls a host-side stall stretched
-    per = {k: 1000 * r["stalls"]["stalled_calls"] / max(r["stalls"]["timed_calls"], 1)
-           for k, r in (("serial", serial), ("overlapped", overlapped))}
-    print(f"stalled timed calls per 1000: serial {per['serial']:.1f}, overlapped {per['overlapped']:.1f}")
+    print(f"stalled timed calls per 1000: serial {stalls.per_1000(serial['stalls']):.1f}, "
+          f"overlapped {stalls.per_1000(overlapped['stalls']):.1f}")
     if args.json:
         Path(args.json).write_text(json.dumps({"serial": serial, "overlapped": overlapped}, indent=1, default=str))
     return 0

@@ -163,10 +163,8 @@ def add_extension_flags(df: pd.DataFrame, annotations: dict) -> pd.DataFrame:
     tids = set((annotations or {}).get("tasks", {}))
     if df.empty or not tids:
         return df
-    name = "EXTENSION_BUILD_FAILED"
-    has = df["flags"].fillna("").astype(str).str.split(";").apply(lambda fl: name in fl)
-    rows = df["tid"].isin(tids) & (df["status"] != "no_code") & (df["status"] != "missing") & ~has
-    return _append_flag(df, rows, name)
+    rows = df["tid"].isin(tids) & (df["status"] != "no_code") & (df["status"] != "missing")
+    return _append_flag(df, rows, "EXTENSION_BUILD_FAILED")  # rows that have it are left as they are
 
 
 def withdraw_flags(df: pd.DataFrame, withdrawn: dict) -> pd.DataFrame:
@@ -475,6 +473,22 @@ def status_class(status) -> str:
     return "failed"
 
 
+#: |measured/published - 1| within this counts as agreeing with the published score.
+AGREEMENT = 0.15
+
+
+def ratio_stats(ratio, tol: float = AGREEMENT) -> dict:
+    """Of measured/published ratios: how many, within ``tol`` of 1, below ½, above 2×, median."""
+    r = pd.Series(ratio, dtype=float).dropna()
+    return {
+        "compared": len(r),
+        "within": int(((r - 1).abs() <= tol).sum()),
+        "below_half": int((r < 0.5).sum()),
+        "above_double": int((r > 2.0).sum()),
+        "median_ratio": float(r.median()) if len(r) else math.nan,
+    }
+
+
 def status_counts(df) -> pd.DataFrame:
     """Per protocol x mode: measured / failed / not_run / missing / total,
     plus tasks below half / above double their published score and the median ratio."""
@@ -487,7 +501,8 @@ def status_counts(df) -> pd.DataFrame:
             cls = sel["status"].map(status_class)
             # an "ok" row without a usable score is counted as failed
             cls = cls.where(~((cls == "measured") & sel["measured"].isna()), "failed")
-            ratio = sel["ratio"].dropna()
+            stats = ratio_stats(sel["ratio"])
+            del stats["within"]
             rows.append(
                 {
                     "protocol": proto,
@@ -497,11 +512,8 @@ def status_counts(df) -> pd.DataFrame:
                     "not_run": int((cls == "not_run").sum()),
                     "missing": int((cls == "missing").sum()),
                     "total": len(sel),
-                    "compared": len(ratio),
-                    "below_half": int((ratio < 0.5).sum()),
-                    "above_double": int((ratio > 2.0).sum()),
-                    "median_ratio": float(ratio.median()) if len(ratio) else math.nan,
                 }
+                | stats
             )
     return pd.DataFrame(rows)
 
@@ -587,8 +599,9 @@ def flag_counts(df) -> tuple[list[tuple[str, str]], dict[str, dict]]:
     return combos, dict(sorted(counts.items(), key=lambda kv: (-kv[1]["any"], kv[0])))
 
 
-#: |measured/published - 1| within this counts as agreeing with the published score.
-AGREEMENT = 0.15
+def _without_stalls(g: pd.DataFrame) -> pd.Series:
+    """Each row's score without its stalled pairs, or the measured score where none stalled."""
+    return g["score_without_stalls"].where(g["score_without_stalls"].notna(), g["measured"]).astype(float)
 
 
 def stall_sensitivity(df) -> pd.DataFrame:
@@ -600,15 +613,14 @@ def stall_sensitivity(df) -> pd.DataFrame:
         g = sel[(sel["mode"] == mode) & (sel["published"] > 0) & sel["measured"].notna()]
         if g.empty:
             continue
-        clean = g["score_without_stalls"].where(g["score_without_stalls"].notna(), g["measured"])
         row = {"mode": mode, "compared": len(g), "stalled": int((g["stalled_calls"].fillna(0) > 0).sum())}
-        for key, score in (("measured", g["measured"]), ("without", clean)):
-            r = score.astype(float) / g["published"].astype(float)
+        for key, score in (("measured", g["measured"]), ("without", _without_stalls(g))):
+            st = ratio_stats(score.astype(float) / g["published"].astype(float))
             row |= {
-                f"{key}_agree": int(((r - 1).abs() <= AGREEMENT).sum()),
-                f"{key}_below_half": int((r < 0.5).sum()),
-                f"{key}_above_double": int((r > 2).sum()),
-                f"{key}_median": float(r.median()),
+                f"{key}_agree": st["within"],
+                f"{key}_below_half": st["below_half"],
+                f"{key}_above_double": st["above_double"],
+                f"{key}_median": st["median_ratio"],
             }
         rows.append(row)
     return pd.DataFrame(rows)
@@ -1057,7 +1069,7 @@ def _robust_outliers(df, mode: str, below: bool) -> pd.DataFrame:
     without their stalled pairs, largest disagreement first."""
     g = df[(df["protocol"] == "paper") & (df["mode"] == mode) & (df["status"] == "ok") & (df["published"] > 0)]
     g = g[g["measured"].notna()].copy()
-    clean = g["score_without_stalls"].where(g["score_without_stalls"].notna(), g["measured"]).astype(float)
+    clean = _without_stalls(g)
     pub = g["published"].astype(float)
     keep = ((g["measured"] < 0.5 * pub) & (clean < 0.5 * pub)) if below else ((g["measured"] > 2 * pub) & (clean > 2 * pub))
     g = g[keep].assign(_r=(g["measured"].astype(float) / pub))

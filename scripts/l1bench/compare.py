@@ -27,7 +27,7 @@ if __package__ in (None, ""):  # run as a script: make the l1bench package impor
 
 from l1bench import release as rel  # noqa: E402
 from l1bench import stalls  # noqa: E402
-from l1bench.aggregate import MODE_LABELS, NA, md_table  # noqa: E402
+from l1bench.aggregate import MODE_LABELS, NA, md_table, ratio_stats  # noqa: E402
 from l1bench.aggregate import fmt as _fmt  # noqa: E402
 from l1bench.io import atomic_write_text  # noqa: E402
 
@@ -75,16 +75,15 @@ def agreement(df: pd.DataFrame, tol: float = 0.15) -> pd.DataFrame:
     rows = []
     for (protocol, mode), g in df.groupby(["protocol", "mode"], sort=False):
         both = g[(g["status"] == "ok") & g["published"].notna() & g["measured"].notna()]
-        ratios = (both["measured"] / both["published"]).tolist()
-        within = sum(abs(r - 1.0) <= tol for r in ratios)
+        st = ratio_stats(both["measured"] / both["published"], tol)
         rows.append(
             {
                 "protocol": protocol,
                 "mode": mode,
-                "compared": len(ratios),
-                "within": within,
-                "share": within / len(ratios) if ratios else None,
-                "median_ratio": statistics.median(ratios) if ratios else None,
+                "compared": st["compared"],
+                "within": st["within"],
+                "share": st["within"] / st["compared"] if st["compared"] else None,
+                "median_ratio": st["median_ratio"] if st["compared"] else None,
             }
         )
     return pd.DataFrame(rows, columns=["protocol", "mode", "compared", "within", "share", "median_ratio"])

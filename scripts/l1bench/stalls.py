@@ -106,10 +106,15 @@ def stall_rate(results) -> dict:
     return out
 
 
+def per_1000(rate: dict) -> float:
+    """Stalled calls per 1000 timed calls of a :func:`stall_rate` (0 without timings)."""
+    return 1000 * rate["stalled_calls"] / rate["timed_calls"] if rate["timed_calls"] else 0.0
+
+
 def describe_rate(rate: dict) -> str:
     if not rate["timed_calls"]:
         return "no paper-protocol timings"
-    per = 1000 * rate["stalled_calls"] / rate["timed_calls"]
+    per = per_1000(rate)
     return (
         f"timed calls stalled by the host: {rate['stalled_calls']} of {rate['timed_calls']} ({per:.1f} per 1000); "
         f"paper results flagged {FLAG}: {rate['flagged']} of {rate['results']}"
