@@ -27,7 +27,7 @@ def code_fingerprint(package: Path) -> dict:
     """sha256 (first 12 hex) of the measuring code, so results say which version made them."""
     import hashlib
 
-    names = ("worker.py", "snippet.py", "strict.py", "detectors.py", "gpulock.py")
+    names = ("worker.py", "snippet.py", "strict.py", "detectors.py", "gpulock.py", "hostclock.py")
     return {
         n: hashlib.sha256((package / n).read_bytes()).hexdigest()[:12]
         for n in names

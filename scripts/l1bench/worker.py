@@ -28,7 +28,7 @@ import time
 import traceback
 from pathlib import Path
 
-from l1bench import detectors, gpulock, provenance
+from l1bench import detectors, gpulock, hostclock, provenance
 from l1bench.io import atomic_write_text
 from l1bench.release import BASELINE_SNIPPET
 from l1bench.snippet import (
@@ -87,8 +87,16 @@ def find_model_streams(model) -> list:
     return streams
 
 
-def time_call(fn, inputs, device: str, wait_streams=()) -> float:
-    """Milliseconds of one call: CUDA events on the current stream, or a host timer on CPU."""
+def time_call(fn, inputs, device: str, wait_streams=(), clock=None) -> tuple[float, object]:
+    """(milliseconds of one call, what the host did while launching it).
+
+    CUDA events on the current stream (a host timer on CPU). With a
+    :class:`~l1bench.hostclock.ThreadClock` the launching thread's accounting is sampled just
+    before the start event and just after the end event is enqueued: the host part of the
+    timed window (what happens after that cannot lengthen the events). Else the second item is
+    None.
+    """
+    before = clock.sample() if clock is not None else None
     if device.startswith("cuda"):
         import torch
 
@@ -100,11 +108,58 @@ def time_call(fn, inputs, device: str, wait_streams=()) -> float:
         for s in wait_streams:
             stream.wait_stream(s)
         end.record(stream)
+        launch = clock.delta(before, clock.sample()) if clock is not None else None
         torch.cuda.synchronize(device)
-        return start.elapsed_time(end)
+        return start.elapsed_time(end), launch
     t0 = time.perf_counter()
     fn(*inputs)
-    return (time.perf_counter() - t0) * 1e3
+    ms = (time.perf_counter() - t0) * 1e3
+    return ms, clock.delta(before, clock.sample()) if clock is not None else None
+
+
+#: Environment switch: time a pair again when the host kept its launching thread from running
+#: (``hostclock``), up to ``inner_trials`` extra pairs per outer trial ("0": keep every pair).
+RETIME_ENV = "L1BENCH_RETIME_DISTURBED"
+
+
+def retime_budget(n: int) -> int:
+    """Extra pairs an outer trial of ``n`` pairs may time to replace disturbed ones."""
+    return n if os.environ.get(RETIME_ENV, "1") != "0" else 0
+
+
+def timed_pairs(base, custom, make_inputs_fn, n: int, rng, device: str, streams, ledger, trial: int, clock):
+    """The harness's ``n`` timed (reference, custom) pairs of one outer trial, in random order,
+    on fresh inputs: (reference ms, custom ms).
+
+    A pair during whose launch the host kept the timing thread from running (preempted,
+    stolen: :meth:`hostclock.Delta.disturbed`) measured the host, not the code: it is recorded
+    in ``ledger`` and timed again on fresh inputs, up to :func:`retime_budget` times per trial.
+    Without disturbances the calls and the random draws are exactly the harness's.
+    """
+    ref_ms: list = []
+    cus_ms: list = []
+    budget, pair = retime_budget(n), 0
+    while len(ref_ms) < n:
+        inputs = make_inputs_fn()
+        order = ("ref", "custom") if rng.random() < 0.5 else ("custom", "ref")
+        got, disturbed = {}, False
+        for who in order:
+            if who == "ref":
+                ms, launch = time_call(base, inputs, device, (), clock)
+            else:
+                with guarded("timed call", "runtime_error"):
+                    ms, launch = time_call(custom, inputs, device, streams, clock)
+            got[who] = ms
+            disturbed = ledger.record(launch, trial, pair, who, ms) or disturbed
+        if disturbed and budget > 0:
+            budget -= 1
+            ledger.mark_retimed(trial, pair)
+        else:
+            ref_ms.append(got["ref"])
+            cus_ms.append(got["custom"])
+        pair += 1
+        del inputs
+    return ref_ms, cus_ms
 
 
 def lazy_problems(outputs, device: str) -> list[str]:
@@ -226,17 +281,44 @@ def cuda_initialized() -> bool:
     return bool(torch.cuda.is_initialized())
 
 
+class CudaBarred(RuntimeError):
+    """Raised where code tries to initialise CUDA while :func:`cuda_barred` is active."""
+
+
+@contextlib.contextmanager
+def cuda_barred():
+    """Bar CUDA's (lazy) initialisation in this process for the body: every path into the GPU
+    through torch (tensor creation or moves, streams, ``current_device``) initialises CUDA
+    first, and raises :class:`CudaBarred` there instead, before any GPU work runs."""
+    import torch
+
+    real = torch.cuda._lazy_init
+
+    def barred():
+        if torch.cuda.is_initialized():
+            return real()
+        raise CudaBarred("CUDA initialisation is barred outside the GPU lock")
+
+    torch.cuda._lazy_init = barred
+    try:
+        yield
+    finally:
+        torch.cuda._lazy_init = real
+
+
 class CustomBuilder:
     """Builds ``ModelNew`` for a seed, keeping CPU work out of the device lock when it is safe.
 
     A custom ``__init__`` can be expensive CPU work (weight initialisation of a VGG, an
     inline extension build that fails and is retried by every instance), or it can run GPU
     code (streams, CUDA graphs, ``.cuda()`` tensors). :meth:`probe` constructs one instance
-    on the CPU *before this process has touched CUDA*: if CUDA is still uninitialised
-    afterwards, ``__init__`` is CPU-only and every later instance is constructed outside
-    the lock (:meth:`prepare`) and only moved inside it (:meth:`finish`), which is exactly
-    ``ModelNew(*init_inputs).to(device)`` as the harness does. Otherwise (or on the CPU
-    backend, or if the probe raises) instances are built inside the lock as before.
+    on the CPU *before this process has touched CUDA*, with CUDA's initialisation barred
+    (:func:`cuda_barred`): an ``__init__`` that reaches for the GPU stops there, before any of
+    its GPU work could run outside the lock. If it completes, ``__init__`` is CPU-only and
+    every later instance is constructed outside the lock (:meth:`prepare`) and only moved
+    inside it (:meth:`finish`), which is exactly ``ModelNew(*init_inputs).to(device)`` as the
+    harness does. Otherwise (or on the CPU backend, or if the probe raises) instances are built
+    inside the lock.
     """
 
     def __init__(self, cls, init_inputs, device: str):
@@ -255,9 +337,16 @@ class CustomBuilder:
 
         state = detectors.snapshot_global_state()
         try:
-            construct(self.cls, self.init_inputs, seed)
+            with cuda_barred():
+                construct(self.cls, self.init_inputs, seed)
+        except CudaBarred:
+            self.probe_note = "__init__ uses CUDA: constructed inside the lock"
+            return
         except Exception as err:  # noqa: BLE001 - not a verdict: decided inside the lock
-            self.probe_note = f"CPU construction raised ({short(err, 80)}): constructed inside the lock"
+            if isinstance(err.__cause__ or err.__context__, CudaBarred) or CudaBarred.__name__ in str(err):
+                self.probe_note = "__init__ uses CUDA: constructed inside the lock"
+            else:
+                self.probe_note = f"CPU construction raised ({short(err, 80)}): constructed inside the lock"
             return
         finally:
             # The probe is ours, not the protocol's: flags its __init__ sets (cudnn.benchmark,
@@ -321,14 +410,16 @@ def exclusive(device: str, job: dict, stats: dict):
     handed back before release.
 
     Kernels are launched asynchronously: without the synchronisation, work launched at the end
-    of a section (a compiled graph run by the unlocked first call, a warm-up) could still be
-    running when the next job's timed calls start. Up to one worker per core waits for the lock
-    at once: memory a waiting worker's caching allocator still holds from its last section is
-    memory the lock holder cannot have.
+    of a section (a warm-up, eager code before a recompilation) could still be running when
+    the next job's timed calls start; for the same reason the device is synchronised before the
+    lock is paused for CPU work inside a section (a compile, an extension build). Up to one
+    worker per core waits for the lock at once: memory a waiting worker's caching allocator
+    still holds from its last section is memory the lock holder cannot have.
     """
     import torch
 
-    with gpulock.device_lock(device, job.get("lock_dir"), stats), torch.no_grad():
+    sync = (lambda: torch.cuda.synchronize(device)) if device.startswith("cuda") else None
+    with gpulock.device_lock(device, job.get("lock_dir"), stats, before_pause=sync), torch.no_grad():
         try:
             yield
         finally:
@@ -354,16 +445,11 @@ def run_reference_warmup(model_cpu, get_inputs, device: str, p: dict) -> None:
     del model
 
 
-def warm_up(base, custom, inputs, n: int, device: str, first_base_done: bool = False) -> None:
-    """The harness's warm-up: ``n`` calls of both models on one input set, synchronised.
-
-    ``first_base_done``: the first baseline call was already made (outside the GPU section,
-    see ``do_time``), so the sequence of calls is the harness's all the same.
-    """
+def warm_up(base, custom, inputs, n: int, device: str) -> None:
+    """The harness's warm-up: ``n`` calls of both models on one input set, synchronised."""
     with guarded("warm-up", "runtime_error"):
-        for i in range(n):
-            if not (first_base_done and i == 0):
-                base(*inputs)
+        for _ in range(n):
+            base(*inputs)
             custom(*inputs)
             synchronize(device)
 
@@ -509,30 +595,17 @@ def baseline_source(mode: str, snippets: dict) -> str | None:
 
 
 _BACKENDS: dict = {}
-#: (device, job, stats) of the running job: the lock a compiled graph takes when it is called
-#: outside a GPU section (the first, compiling call of the compile modes).
-_JOB_LOCK: list = []
-#: Environment switch of the compile modes' unlocked first call per outer trial (default on).
-FIRST_CALL_ENV = "L1BENCH_COMPILE_FIRST_CALL_UNLOCKED"
 #: Graphs compiled by this process's compile backend (1 per graph; more means recompilation).
 _COMPILED_GRAPHS = [0]
 
 
 def compile_backend(mode: str):
     """The torch.compile backend of a compile mode: inductor exactly as ``torch.compile(mode=...)``
-    builds it, except that no GPU lock is held while code is generated, and every compiled
-    graph runs inside one.
-
-    The first call of a compiled model traces (dynamo), generates code (inductor, Triton:
-    seconds to a minute of CPU) and then runs kernels. That call is made outside the lock;
-    each compiled graph it produces takes the lock for its own execution, so no kernel of it
-    overlaps another job's timed calls while the GPU is left to them during code generation.
-    (Eager code between graphs, where a model breaks the graph, runs unlocked: the price of
-    not holding the GPU through dynamo's tracing.) Inside a GPU section (the timed calls) a
-    graph simply runs, and a recompilation there lets go of the lock while it generates
-    code. One instance per mode and process, so every rebuilt model of the outer trials reuses
-    the compiled code. Falls back to the plain ``mode=`` string (code generation inside the
-    lock) if this torch lacks the inductor wrapper class.
+    builds it, counting the graphs it compiles (recorded on the result: more than one graph per
+    model means recompilation) and letting go of the GPU lock while it generates code (where
+    :func:`release_lock_during_dynamo_compiles` could not already do so for the whole compile).
+    One instance per mode and process, so every rebuilt model of the outer trials reuses the
+    compiled code. None (use the plain ``mode=`` string) if this torch lacks the wrapper class.
     """
     if mode not in _BACKENDS:
         import torch
@@ -548,18 +621,41 @@ def compile_backend(mode: str):
                 def __call__(self, model_, inputs_, **kwargs):
                     _COMPILED_GRAPHS[0] += 1  # every (re)compilation: recorded on the result
                     with gpulock.DeviceLock.pause_current():
-                        compiled = super().__call__(model_, inputs_, **kwargs)
-
-                    def run(*args):
-                        if gpulock.DeviceLock.current is None and _JOB_LOCK:
-                            with exclusive(*_JOB_LOCK):
-                                return compiled(*args)
-                        return compiled(*args)
-
-                    return run
+                        return super().__call__(model_, inputs_, **kwargs)
 
             _BACKENDS[mode] = LockingInductor(mode, None, None)  # as torch.compile(mode=mode)
     return _BACKENDS[mode]
+
+
+def release_lock_during_dynamo_compiles() -> bool:
+    """Hand the GPU lock back while torch.compile traces and compiles a frame (CPU work).
+
+    Every call of a compiled model runs inside a GPU section, so every kernel it launches (its
+    graphs, and eager code between graphs where the model breaks the graph) holds the lock.
+    The first call of each outer trial's rebuilt model recompiles (dynamo guards on the module
+    instance): its tracing and code generation (seconds of CPU) run with the lock released,
+    after the device has been synchronised (:meth:`gpulock.DeviceLock.paused`), and the lock
+    is taken back before the compiled code runs. A cache hit compiles nothing and keeps the
+    lock. False where this torch has no ``torch._dynamo.convert_frame._compile`` (then only
+    code generation lets go of the lock, in :func:`compile_backend`).
+    """
+    try:
+        from torch._dynamo import convert_frame
+    except ImportError:
+        return False
+    compile_frame = getattr(convert_frame, "_compile", None)
+    if compile_frame is None:
+        return False
+    if hasattr(compile_frame, "__wrapped__"):
+        return True
+
+    def unlocked(*args, **kwargs):
+        with gpulock.DeviceLock.pause_current():
+            return compile_frame(*args, **kwargs)
+
+    unlocked.__wrapped__ = compile_frame
+    convert_frame._compile = unlocked
+    return True
 
 
 def wrap_baseline(model, mode: str):
@@ -638,23 +734,20 @@ def do_time(job: dict, meta: dict, snippets: dict) -> dict:
             yield
 
     t_setup = time.perf_counter()
-    with torch.no_grad():
-        if mode in COMPILE_MODES:
-            # The harness's reference warm-up, then the first (compiling) call of the
-            # compiled reference, made outside the lock: its graphs take the lock to run
-            # (compile_backend). The compiled code is reused by every outer trial's model.
-            base_cpu, _ = baseline_on_cpu(p["seed"])
-            with gpu_section():  # the harness's reference warm-up; inputs and weights to the GPU
-                inputs = make_inputs(get_inputs, device, on_dev)
-                base_dev = move(base_cpu, device)
-            _JOB_LOCK[:] = [device, job, stats]
-            with phase(stats, "compile (unlocked, graphs locked)"), guarded(
-                f"compiling the reference ({mode})", "baseline_error"
-            ):
-                base = wrap_baseline(base_dev, mode)
-                base(*inputs)
-                synchronize(device)
-            del base, base_cpu, base_dev, inputs
+    if mode in COMPILE_MODES:
+        # The harness's reference warm-up, then the first (compiling) call of the compiled
+        # reference inside a GPU section: tracing and code generation let go of the lock
+        # (release_lock_during_dynamo_compiles), every kernel runs with it. The compiled code
+        # is reused by every outer trial's model.
+        stats["dynamo_compiles_unlocked"] = release_lock_during_dynamo_compiles()
+        base_cpu, _ = baseline_on_cpu(p["seed"])
+        with gpu_section(), phase(stats, "compile (tracing and code generation unlocked)"), guarded(
+            f"compiling the reference ({mode})", "baseline_error"
+        ):
+            inputs = make_inputs(get_inputs, device, on_dev)
+            base = wrap_baseline(move(base_cpu, device), mode)
+            base(*inputs)
+            del base, base_cpu, inputs
     stats["precompile_s"] = round(time.perf_counter() - t_setup, 3)
     clocks_before = provenance.clocks(device)
 
@@ -703,16 +796,6 @@ def do_time(job: dict, meta: dict, snippets: dict) -> dict:
         if not ok:
             return result(job, "incorrect", f"against the {mode} baseline: {why}", **stats)
 
-    # A rebuilt compiled model's first call may recompile: dynamo's tracing would hold the
-    # lock (inductor's code generation lets go of it). Made between two GPU sections, only
-    # its graphs take the lock; the calls and their order are the harness's.
-    # A lock policy, not a protocol parameter: set by the environment (L1BENCH_COMPILE_FIRST_CALL_
-    # UNLOCKED=0 turns it off), so changing it never re-times a result.
-    unlocked = job.get("compile_first_call_unlocked", os.environ.get(FIRST_CALL_ENV, "1") != "0")
-    first_unlocked = mode in COMPILE_MODES and bool(unlocked) and p["warmup"] > 0
-    if mode in COMPILE_MODES:
-        stats["compile_first_call_unlocked"] = first_unlocked
-
     def placed(base_cpu, custom_cpu, seed, init_inputs):
         """Inside the lock: both models on the device, the custom model's streams, and the
         warm-up inputs."""
@@ -722,42 +805,36 @@ def do_time(job: dict, meta: dict, snippets: dict) -> dict:
         return base, custom, streams, make_inputs(get_inputs, device, on_dev)
 
     timings: dict = {"ref_ms": [], "custom_ms": [], "trial_scores": []}
+    clock, ledger = hostclock.ThreadClock(), hostclock.Ledger()
     for outer in range(p["outer_trials"]):
         seed = p["seed"] + outer
         base_cpu, init_inputs = baseline_on_cpu(seed)
         custom_cpu = builder.prepare(seed, init_inputs)
-        if first_unlocked:
-            with gpu_section():
-                base, custom, streams, warm_inputs = placed(base_cpu, custom_cpu, seed, init_inputs)
-            with (
-                phase(stats, "first compiled call (unlocked, graphs locked)"),
-                guarded("warm-up", "runtime_error"),
-                torch.no_grad(),  # as inside a section: the graph must be the no-grad one
-            ):
-                base(*warm_inputs)
         with gpu_section():
-            if not first_unlocked:
-                base, custom, streams, warm_inputs = placed(base_cpu, custom_cpu, seed, init_inputs)
+            base, custom, streams, warm_inputs = placed(base_cpu, custom_cpu, seed, init_inputs)
             with phase(stats, "warm-up calls"):
-                warm_up(base, custom, warm_inputs, p["warmup"], device, first_base_done=first_unlocked)
-            ref_ms, cus_ms = [], []
+                warm_up(base, custom, warm_inputs, p["warmup"], device)
             with phase(stats, "timed pairs"):
-                for _ in range(p["inner_trials"]):
-                    inputs = make_inputs(get_inputs, device, on_dev)
-                    order = ("ref", "custom") if rng.random() < 0.5 else ("custom", "ref")
-                    for who in order:
-                        if who == "ref":
-                            ref_ms.append(time_call(base, inputs, device))
-                        else:
-                            with guarded("timed call", "runtime_error"):
-                                cus_ms.append(time_call(custom, inputs, device, streams))
-            del base, custom, base_cpu, custom_cpu, inputs, warm_inputs
+                ref_ms, cus_ms = timed_pairs(
+                    base,
+                    custom,
+                    lambda: make_inputs(get_inputs, device, on_dev),
+                    p["inner_trials"],
+                    rng,
+                    device,
+                    streams,
+                    ledger,
+                    outer,
+                    clock,
+                )
+            del base, custom, base_cpu, custom_cpu, warm_inputs
         trial_score = statistics.fmean(ref_ms) / statistics.fmean(cus_ms)
         timings["ref_ms"].append([round(v, 5) for v in ref_ms])
         timings["custom_ms"].append([round(v, 5) for v in cus_ms])
         timings["trial_scores"].append(trial_score)
         if p.get("early_stop_below") is not None and trial_score < p["early_stop_below"]:
             break
+    clock.close()
     clocks_after = provenance.clocks(device)
     if mode in COMPILE_MODES:
         stats["compiled_graphs"] = _COMPILED_GRAPHS[0]
@@ -774,6 +851,7 @@ def do_time(job: dict, meta: dict, snippets: dict) -> dict:
         custom_ms_mean=statistics.fmean(v for r in timings["custom_ms"] for v in r),
         clocks_before=clocks_before,
         clocks_after=clocks_after,
+        host_timing=ledger.summary(),
         **timings,
         **stats,
     )
@@ -941,6 +1019,23 @@ def release_lock_during_extension_builds() -> None:
         file_baton.FileBaton.wait = pausing(wait)
 
 
+#: Version of how timed sections are kept clean (recorded on every check and time result;
+#: results without it were made by version 1). 2: kernels only inside the GPU lock (the probe
+#: bars CUDA, compile modes call compiled models only inside sections), the device
+#: synchronised before any pause of the lock, threads started in a section moved off the
+#: timing CPU at release, the host's accounting of every timed call recorded and disturbed
+#: pairs timed again (hostclock).
+TIMING_DESIGN = 2
+
+
+def _system_isolation():
+    text = os.environ.get(gpulock.ISOLATED_ENV)
+    try:
+        return json.loads(text) if text else None
+    except ValueError:
+        return None
+
+
 def run(job: dict) -> dict:
     t0 = time.time()
     started = provenance.now_iso()
@@ -968,6 +1063,8 @@ def run(job: dict) -> dict:
     except SnippetError as err:
         res = result(job, err.status, err.reason)
     note_extension_failures(res)
+    if job["kind"] in ("check", "time"):
+        res["timing_design"] = TIMING_DESIGN
     res["snippet_sha256"] = {k: sha256_text(v) for k, v in snippets.items()}
     res["params"] = job.get("params", {})
     res["provenance"] = provenance.environment(job["device"]) | {
@@ -975,6 +1072,8 @@ def run(job: dict) -> dict:
         "finished": provenance.now_iso(),
         "wall_s": round(time.time() - t0, 3),
         "timing_cpu": os.environ.get(gpulock.TIMING_CPU_ENV) or None,
+        # the machine-wide isolation of the timing CPUs, when the workflow made one (root)
+        "system_isolation": _system_isolation(),
         # "workflow": every process of the run kept off the timing CPUs; "worker": only workers
         "timing_cpu_reserved_by": (
             ("workflow" if os.environ.get(gpulock.RESERVED_ENV) else "worker")

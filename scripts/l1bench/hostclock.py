@@ -1,0 +1,209 @@
+"""Was the thread that timed a call kept from running during it? The kernel's own accounting.
+
+A CUDA-event time covers everything between the two events, so a timed call is only as clean
+as the run of the thread that launches it: if that thread is preempted (another task on its
+CPU), its virtual CPU is taken away by the hypervisor (steal), or an interrupt is handled on
+its CPU, the call is timed with the pause. The kernel accounts for every thread: time on a CPU
+(``CLOCK_THREAD_CPUTIME_ID``), time runnable but waiting for one (``run_delay`` in
+``/proc/<tid>/schedstat``), voluntary and involuntary context switches (``getrusage``). Read
+before and after each timed call, outside its two events, they say whether the thread ran the
+whole time:
+
+* ``wait``: runnable but not running (preempted on its CPU);
+* ``lost``: neither running nor waiting although it never slept (no voluntary switch):
+  time taken by the hypervisor or by interrupts;
+* a call whose thread ran throughout but whose event time is stretched was delayed on the GPU.
+
+``disturbed_ns`` (wait, plus lost time when the thread never slept) is what the timed call
+must not contain. It is independent of the code timed, except for code that starts its own
+threads on the timing CPU (those would compete with the thread that launches the calls).
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+import threading
+import time
+from dataclasses import dataclass
+
+#: Calls whose thread lost at least this much (ns) are *disturbed*: far above the microseconds
+#: of a timer interrupt, far below the 4 ms scheduler ticks that stretched the H200 run's calls.
+DISTURBED_NS = 20_000
+
+
+@dataclass(frozen=True)
+class Sample:
+    wall_ns: int
+    run_ns: int
+    wait_ns: int | None
+    nvcsw: int
+    nivcsw: int
+
+
+@dataclass(frozen=True)
+class Delta:
+    """What happened to the timing thread between two samples."""
+
+    wall_ns: int
+    run_ns: int
+    wait_ns: int | None
+    nvcsw: int
+    nivcsw: int
+
+    @property
+    def lost_ns(self) -> int:
+        """Neither running nor waiting for a CPU (sleeping, stolen by the hypervisor, interrupts)."""
+        return max(0, self.wall_ns - self.run_ns - (self.wait_ns or 0))
+
+    @property
+    def disturbed_ns(self) -> int:
+        """Time the thread was kept from running although it wanted to (see module doc)."""
+        wait = self.wait_ns or 0
+        return wait + (self.lost_ns if self.nvcsw == 0 else 0)
+
+    def disturbed(self, threshold_ns: int = DISTURBED_NS) -> bool:
+        return self.disturbed_ns >= threshold_ns
+
+    def as_row(self) -> list[int]:
+        """[wall, run, wait, lost] in microseconds, then voluntary and involuntary switches."""
+        us = [self.wall_ns, self.run_ns, self.wait_ns or 0, self.lost_ns]
+        return [round(v / 1000) for v in us] + [self.nvcsw, self.nivcsw]
+
+
+def _thread_rusage():
+    who = getattr(resource, "RUSAGE_THREAD", None)
+    return resource.getrusage(who if who is not None else resource.RUSAGE_SELF)
+
+
+class ThreadClock:
+    """Samples the calling thread's accounting; create and use it in the thread that times.
+
+    ``available`` is False where the kernel has no per-thread schedstat (then ``wait_ns`` is
+    None and only lost time and context switches are known).
+    """
+
+    def __init__(self):
+        self.tid = threading.get_native_id()
+        self._fd = None
+        try:
+            self._fd = os.open(f"/proc/self/task/{self.tid}/schedstat", os.O_RDONLY)
+        except OSError:
+            self._fd = None
+        self.available = self._fd is not None and self._read_wait() is not None
+
+    def _read_wait(self) -> int | None:
+        try:
+            return int(os.pread(self._fd, 128, 0).split()[1])
+        except (OSError, ValueError, IndexError):
+            return None
+
+    def sample(self) -> Sample:
+        ru = _thread_rusage()
+        wait = self._read_wait() if self._fd is not None else None
+        return Sample(time.perf_counter_ns(), time.thread_time_ns(), wait, ru.ru_nvcsw, ru.ru_nivcsw)
+
+    @staticmethod
+    def delta(before: Sample, after: Sample) -> Delta:
+        wait = None if before.wait_ns is None or after.wait_ns is None else after.wait_ns - before.wait_ns
+        return Delta(
+            after.wall_ns - before.wall_ns,
+            after.run_ns - before.run_ns,
+            wait,
+            after.nvcsw - before.nvcsw,
+            after.nivcsw - before.nivcsw,
+        )
+
+    def close(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+    def __enter__(self) -> "ThreadClock":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+class Ledger:
+    """The timed calls of one result and what the host did to them (kept on the result).
+
+    ``record`` takes each timed call: its event time and the :class:`Delta` of its host part
+    (from before the start event to after the end event was enqueued: the only stretch in which
+    the host can lengthen what the events measure). :meth:`summary` lists the calls that were
+    disturbed or stalled (up to ``keep``), with where they fell and :meth:`Delta.as_row`, and
+    classifies each stalled call (:func:`stall_cause`).
+    """
+
+    def __init__(self, threshold_ns: int = DISTURBED_NS, keep: int = 40):
+        self.threshold_ns, self.keep = threshold_ns, keep
+        self.calls: list = []  # (trial, pair, side, event_ms, Delta)
+        self.retimed: set = set()
+
+    def record(self, delta: Delta | None, trial: int, pair: int, side: str, event_ms: float) -> bool:
+        """Account for one timed call; True when its host part was disturbed."""
+        self.calls.append((trial, pair, side, event_ms, delta))
+        return delta is not None and delta.disturbed(self.threshold_ns)
+
+    def mark_retimed(self, trial: int, pair: int) -> None:
+        """The pair (trial, pair) was discarded and timed again."""
+        self.retimed.add((trial, pair))
+
+    def summary(self) -> dict:
+        from l1bench.stalls import FACTOR, MIN_EXTRA_MS, stalled
+
+        known = [c for c in self.calls if c[4] is not None]
+        kept = [c for c in self.calls if (c[0], c[1]) not in self.retimed]
+        medians = {}
+        for side in ("ref", "custom"):
+            vals = sorted(c[3] for c in kept if c[2] == side)
+            medians[side] = vals[len(vals) // 2] if vals else 0.0
+        rows, causes = [], {}
+        for trial, pair, side, ms, delta in known:
+            is_stall = stalled([ms], medians[side], FACTOR, MIN_EXTRA_MS)[0]
+            disturbed = delta.disturbed(self.threshold_ns)
+            if not (is_stall or disturbed):
+                continue
+            cause = stall_cause(ms - medians[side], delta, self.threshold_ns) if is_stall else ""
+            if cause:
+                causes[cause] = causes.get(cause, 0) + 1
+            if len(rows) < self.keep:
+                retimed = int((trial, pair) in self.retimed)
+                rows.append([trial, pair, side, round(ms, 4), retimed, cause or "-", *delta.as_row()])
+        return {
+            "calls": len(self.calls),
+            "host_known": len(known),
+            "disturbed_calls": sum(c[4].disturbed(self.threshold_ns) for c in known),
+            "disturbed_ms": round(sum(c[4].disturbed_ns for c in known if c[4].disturbed(self.threshold_ns)) / 1e6, 3),
+            "retimed_pairs": len(self.retimed),
+            "stall_causes": causes,
+            "threshold_us": self.threshold_ns // 1000,
+            "thread_wait_known": all(c[4].wait_ns is not None for c in known) if known else False,
+            "columns": list(ROW_COLUMNS),
+            "calls_listed": rows,
+        }
+
+
+#: Columns of :meth:`Ledger.summary`'s ``calls_listed`` rows.
+ROW_COLUMNS = ("trial", "pair", "side", "event_ms", "retimed", "stall_cause",
+               "launch_wall_us", "run_us", "wait_us", "lost_us", "nvcsw", "nivcsw")
+
+
+def stall_cause(stretch_ms: float, launch: Delta, threshold_ns: int = DISTURBED_NS) -> str:
+    """Why a timed call was stretched by ``stretch_ms`` over its side's median.
+
+    * ``preempted``: the launching thread waited for its CPU while launching (another task ran there);
+    * ``host_lost``: it was neither running nor waiting, yet never slept (hypervisor steal, interrupts);
+    * ``host_slow``: it ran throughout, but launching took about as long as the stretch (page faults,
+      garbage collection, or steal the guest does not account);
+    * ``gpu``: launching was quick: the time was lost on the device (another context, clocks).
+    """
+    stretch_ns = stretch_ms * 1e6
+    if (launch.wait_ns or 0) >= threshold_ns and (launch.wait_ns or 0) >= launch.lost_ns:
+        return "preempted"
+    if launch.nvcsw == 0 and launch.lost_ns >= threshold_ns:
+        return "host_lost"
+    if launch.wall_ns >= 0.5 * stretch_ns:
+        return "host_slow"
+    return "gpu"

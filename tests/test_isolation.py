@@ -1,0 +1,226 @@
+"""Keeping timed sections clean: the host's accounting of timed calls, re-timing disturbed
+pairs, nothing of a job on the GPU or the timing CPU outside its lock (CPU only)."""
+
+import os
+import random
+import threading
+
+import pytest
+
+from l1bench import gpulock, hostclock, worker
+
+
+def delta(wall_us, run_us, wait_us, nvcsw=0, nivcsw=0):
+    return hostclock.Delta(wall_us * 1000, run_us * 1000, None if wait_us is None else wait_us * 1000, nvcsw, nivcsw)
+
+
+def test_delta_says_when_the_thread_was_kept_from_running():
+    clean = delta(30, 29, 0)
+    assert not clean.disturbed() and clean.disturbed_ns == 1000  # a microsecond: noise
+    preempted = delta(4130, 30, 4100, nivcsw=1)
+    assert preempted.disturbed() and preempted.disturbed_ns == 4_100_000
+    stolen = delta(4130, 30, 0)  # neither running nor waiting, never slept: the hypervisor
+    assert stolen.lost_ns == 4_100_000 and stolen.disturbed()
+    slept = delta(4130, 30, 0, nvcsw=1)  # the timed code itself slept (a blocking wait)
+    assert not slept.disturbed()
+    assert preempted.as_row() == [4130, 30, 4100, 0, 0, 1]
+
+
+def test_stall_causes():
+    assert hostclock.stall_cause(4.1, delta(4130, 30, 4100, nivcsw=1)) == "preempted"
+    assert hostclock.stall_cause(4.1, delta(4130, 30, 0)) == "host_lost"
+    assert hostclock.stall_cause(4.1, delta(4130, 4120, 0)) == "host_slow"  # running, but slow
+    assert hostclock.stall_cause(4.1, delta(25, 24, 0)) == "gpu"  # launched at once: the device
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/task"), reason="Linux only")
+def test_thread_clock_sees_its_own_thread():
+    with hostclock.ThreadClock() as clock:
+        assert clock.available
+        before = clock.sample()
+        x = 0
+        for i in range(200_000):
+            x += i
+        d = clock.delta(before, clock.sample())
+    assert d.wall_ns > 0 and 0 < d.run_ns <= d.wall_ns * 1.05 and d.wait_ns is not None
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="no CPU affinity")
+def test_thread_clock_sees_a_preemption():
+    """Two busy threads on one CPU: the one that is timed waits for the CPU, and says so."""
+    cpu = min(os.sched_getaffinity(0))
+    stop = threading.Event()
+
+    def hog():
+        os.sched_setaffinity(0, {cpu})
+        while not stop.is_set():
+            pass
+
+    before_mask = os.sched_getaffinity(0)
+    t = threading.Thread(target=hog, daemon=True)
+    t.start()
+    try:
+        os.sched_setaffinity(0, {cpu})
+        with hostclock.ThreadClock() as clock:
+            before = clock.sample()
+            x = 0
+            for i in range(3_000_000):  # long enough to be preempted by the hog (ticks of <= 10 ms)
+                x += i
+            d = clock.delta(before, clock.sample())
+    finally:
+        stop.set()
+        t.join()
+        os.sched_setaffinity(0, before_mask)
+    assert d.wait_ns > 1_000_000 and d.disturbed() and d.nivcsw > 0
+
+
+class FakeClock:
+    """A ThreadClock whose samples say the host disturbed the calls numbered in ``bad``."""
+
+    def __init__(self, bad=()):
+        self.bad, self.n, self.t = set(bad), 0, 0
+
+    def sample(self):
+        self.t += 1
+        return self.t
+
+    def delta(self, before, after):
+        self.n += 1
+        return delta(4130, 30, 4100, nivcsw=1) if self.n in self.bad else delta(30, 29, 0)
+
+
+def pairs(clock, n=4, seed=42):
+    calls = []
+    base = lambda *x: calls.append("ref")  # noqa: E731
+    custom = lambda *x: calls.append("custom")  # noqa: E731
+    ledger = hostclock.Ledger()
+    ref, cus = worker.timed_pairs(base, custom, lambda: (), n, random.Random(seed), "cpu", [], ledger, 0, clock)
+    return ref, cus, calls, ledger
+
+
+def test_undisturbed_pairs_are_exactly_the_harness_pairs():
+    ref, cus, calls, ledger = pairs(FakeClock())
+    rng = random.Random(42)
+    expected = []
+    for _ in range(4):
+        expected += ["ref", "custom"] if rng.random() < 0.5 else ["custom", "ref"]
+    assert calls == expected and len(ref) == len(cus) == 4
+    assert ledger.summary()["retimed_pairs"] == 0 and ledger.summary()["calls"] == 8
+
+
+def test_a_disturbed_pair_is_timed_again(monkeypatch):
+    monkeypatch.delenv(worker.RETIME_ENV, raising=False)
+    ref, cus, calls, ledger = pairs(FakeClock(bad={3}))  # the first call of the second pair
+    assert len(ref) == len(cus) == 4 and len(calls) == 10  # one pair more
+    summary = ledger.summary()
+    assert summary["retimed_pairs"] == 1 and summary["disturbed_calls"] == 1
+    row = dict(zip(summary["columns"], summary["calls_listed"][0]))
+    assert row["pair"] == 1 and row["retimed"] == 1 and row["wait_us"] == 4100
+
+
+def test_re_timing_is_bounded_and_can_be_switched_off(monkeypatch):
+    ref, cus, calls, ledger = pairs(FakeClock(bad=set(range(1, 100))), n=3)
+    assert len(ref) == 3 and len(calls) == 12  # 3 extra pairs at most, then every pair is kept
+    assert ledger.summary()["retimed_pairs"] == 3
+    monkeypatch.setenv(worker.RETIME_ENV, "0")
+    ref, cus, calls, ledger = pairs(FakeClock(bad={1}), n=3)
+    assert len(calls) == 6 and ledger.summary()["retimed_pairs"] == 0
+    assert ledger.summary()["disturbed_calls"] == 1  # still recorded
+
+
+def test_ledger_lists_stalled_calls_with_their_cause():
+    ledger = hostclock.Ledger()
+    for i in range(20):
+        ledger.record(delta(25, 24, 0), 0, i, "ref", 0.02)
+        ledger.record(delta(25, 24, 0), 0, i, "custom", 0.01)
+    ledger.record(delta(25, 24, 0), 0, 20, "ref", 4.12)  # stretched on the device
+    ledger.record(delta(4130, 30, 4100, nivcsw=1), 0, 20, "custom", 4.11)  # preempted
+    summary = ledger.summary()
+    assert summary["stall_causes"] == {"gpu": 1, "preempted": 1}
+    causes = {r[2]: r[5] for r in summary["calls_listed"]}
+    assert causes == {"ref": "gpu", "custom": "preempted"}
+
+
+def test_releasing_the_lock_moves_threads_started_in_the_section_off_the_timing_cpu(monkeypatch, tmp_path):
+    masks = {0: set(range(16)), 101: set(range(16))}
+    monkeypatch.setattr(os, "sched_getaffinity", lambda tid: set(masks[tid]))
+    monkeypatch.setattr(os, "sched_setaffinity", lambda tid, cpus: masks.__setitem__(tid, set(cpus)))
+    monkeypatch.setattr(os, "listdir", lambda path: ["101", "102"] if path == "/proc/self/task" else [])
+    monkeypatch.setenv(gpulock.TIMING_CPU_ENV, "15")
+    masks[0] = set(range(15))
+    with gpulock.device_lock("cpu", tmp_path):
+        assert masks[0] == {15}
+        masks[102] = {15}  # a thread started inside the section inherits the timing CPU
+    # every thread that may run on the timing CPU is moved off it, the new one included
+    assert masks[0] == masks[101] == masks[102] == set(range(15))
+    assert gpulock.unpin_threads(15, set(range(15))) == 0  # nothing left there
+
+
+def test_the_device_is_synchronised_before_the_lock_is_paused(tmp_path):
+    events = []
+    lock = gpulock.device_lock("cpu", tmp_path, {}, before_pause=lambda: events.append("sync"))
+    with lock:
+        with gpulock.DeviceLock.pause_current():
+            events.append("paused" if gpulock.DeviceLock.current is None else "held")
+        assert gpulock.DeviceLock.current is lock
+    assert events == ["sync", "paused"]
+
+
+def test_dynamo_compiles_let_go_of_the_lock_and_kernels_keep_it(tmp_path):
+    """Inside a section, a compiled model's tracing and code generation run with the lock
+    released; its graphs and the eager code between them (a graph break) run with it held."""
+    import torch
+
+    assert worker.release_lock_during_dynamo_compiles()
+    seen = []
+
+    @torch._dynamo.disable
+    def eager(y):  # code dynamo does not compile: it runs eagerly between two graphs
+        seen.append(gpulock.DeviceLock.current is not None)
+        return y + 1
+
+    class Broken(torch.nn.Module):
+        def forward(self, x):
+            return eager(torch.tanh(x)) * 2
+
+    model = worker.wrap_baseline(Broken(), "torch_compile")
+    stats = {}
+    with gpulock.device_lock("cpu", tmp_path, stats) as lock:
+        out = model(torch.randn(5))
+        assert gpulock.DeviceLock.current is lock
+    assert stats["lock_paused_n"] >= 1 and seen and all(seen) and out.shape == (5,)
+    n = stats["lock_paused_n"]
+    with gpulock.device_lock("cpu", tmp_path, stats):
+        model(torch.randn(5))  # compiled already: nothing released
+    assert stats["lock_paused_n"] == n
+
+
+def test_isolate_system_moves_what_can_move(monkeypatch, tmp_path):
+    proc, sysfs = tmp_path / "proc", tmp_path / "sys"
+    for pid, tids in {"1": ["1"], "200": ["200", "201"], "7": ["7"]}.items():
+        for tid in tids:
+            (proc / pid / "task" / tid).mkdir(parents=True)
+    (proc / "irq" / "24").mkdir(parents=True)
+    (proc / "irq" / "24" / "smp_affinity").write_text("ffff\n")
+    (proc / "irq" / "default_smp_affinity").write_text("ffff\n")
+    (sysfs / "devices/virtual/workqueue").mkdir(parents=True)
+    (sysfs / "devices/virtual/workqueue/cpumask").write_text("ffff\n")
+    (sysfs / "devices/system/cpu").mkdir(parents=True)
+    (sysfs / "devices/system/cpu/online").write_text("0-15\n")
+    masks = {0: set(range(15)), 1: set(range(16)), 200: {3}, 201: set(range(16)), 7: {15}}
+
+    def setaff(tid, cpus):
+        if tid == 7:  # a per-CPU kernel thread
+            raise OSError(22, "Invalid argument")
+        masks[tid] = set(cpus)
+
+    monkeypatch.setattr(os, "sched_getaffinity", lambda tid: set(masks[tid]))
+    monkeypatch.setattr(os, "sched_setaffinity", setaff)
+    monkeypatch.setattr(os, "geteuid", lambda: 0)
+    report = gpulock.isolate_system([15], proc=str(proc), sysfs=str(sysfs))
+    assert masks[1] == masks[201] == set(range(15)) and masks[200] == {3} and masks[7] == {15}
+    assert report["threads_moved"] == 2 and report["threads_kept"] == 1
+    assert (sysfs / "devices/virtual/workqueue/cpumask").read_text() == "00007fff\n"
+    assert (proc / "irq/24/smp_affinity").read_text() == "00007fff\n" and report["irqs_moved"] == 1
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
+    assert gpulock.isolate_system([15], proc=str(proc), sysfs=str(sysfs)) == {"root": False, "timing_cpus": [15]}
