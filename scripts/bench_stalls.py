@@ -1,114 +1,367 @@
-"""Benchmark (not a test): do busy CPUs stretch CUDA-event timings of tiny kernels?
+"""Benchmark (not a test): which activity of a workflow job stalls another job's timed calls?
 
-Times a tiny kernel many times with CUDA events (as the worker's ``time_call`` does) from a
-thread pinned to the highest CPU, the way the GPU lock holder runs, in three phases:
+One process times calls with CUDA events from a thread pinned to the timing CPU (the highest
+CPU), as the lock holder does: a tiny kernel (~10 µs, launch-bound) and, every 20th call, a
+~0.5 ms copy. Meanwhile other processes, kept off the timing CPU as the workflow keeps its jobs,
+do one kind of work at a time, each something a job of the workflow does outside the GPU lock:
 
-* ``idle``: nothing else runs;
-* ``isolated``: ``--burners`` CPU-bound processes, all kept off the timing CPU (what the
-  workflow now does for every process it starts: gpulock.keep_workflow_off_timing_cpus);
-* ``shared``: the same burners free to run on any CPU, the timing CPU included (what job
-  scripts, Snakemake and samplers could do before).
+    idle                nothing (the floor)
+    cpu_python          pure-Python CPU loops on every other CPU, 2 per CPU
+    cpu_shared          the same, free to use the timing CPU too (positive control)
+    process_churn       interpreters starting, importing torch and exiting (job start-up)
+    cuda_context        processes creating a CUDA context and cuBLAS handle, then exiting
+    alloc_free          1 GiB device allocations freed with empty_cache, in a loop
+    gpu_kernels         another process launching ~ms kernels on the GPU (positive control)
+    library_first_use   fresh processes: context, first convolution (cuDNN) and matmul, exit
+    compile_first_call  fresh processes: torch.compile of a small model, first call (codegen)
+    nvcc                nvcc compiling a small CUDA file, in a loop
+    load_extension      fresh processes loading built torch extensions (--ext), then a context
+    nvidia_smi          nvidia-smi queries (what provenance.clocks runs twice per job)
+    file_io             64 MiB files written, fsync'd and removed
+    memory              2 GiB of fresh host memory touched and freed
+    all                 all of them together (the workflow's mix)
 
-Prints, per phase, the calls stretched by at least 1 ms (per 1000) and the largest stretch.
+Per activity: timed calls, stalled calls per 1000 (>= 3x the median and >= 1 ms over it, as
+l1bench.stalls counts them), each stall's cause from the timing thread's own accounting
+(l1bench.hostclock: preempted / host_lost / host_slow / gpu), calls during whose launch the
+thread was kept from running (disturbed) per 1000, the timing CPU's interrupt, softirq,
+system and steal time (/proc/stat) and interrupts (/proc/interrupts), and how much work the
+interferers did. With ``--isolate-system`` (root) the machine-wide isolation of the timing CPU
+(gpulock.isolate_system) is applied afterwards and ``idle`` and ``all`` are measured again.
 
-    python scripts/bench_stalls.py --seconds 10 --burners 32 --json stalls.json
-    python scripts/bench_stalls.py --cpu --seconds 2 --burners 4   # smoke test without a GPU
+    python scripts/bench_stalls.py --seconds 6 --json results/h100/bench/stalls-activities.json
+    python scripts/bench_stalls.py --cpu --seconds 2 --activities idle cpu_python   # no GPU
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import multiprocessing as mp
 import os
 import statistics
+import subprocess
 import sys
+import tempfile
 import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from l1bench import gpulock, hostclock, stalls  # noqa: E402
+
+ACTIVITIES = (
+    "idle", "cpu_python", "cpu_shared", "process_churn", "cuda_context", "alloc_free", "gpu_kernels",
+    "library_first_use", "compile_first_call", "nvcc", "load_extension", "nvidia_smi", "file_io", "memory", "all",
+)
+#: Activities that need a CUDA device (skipped with --cpu).
+NEEDS_GPU = {"cuda_context", "alloc_free", "gpu_kernels", "library_first_use", "load_extension", "nvidia_smi"}
+#: The mix of ``all``: (activity, processes).
+MIX = (("cpu_python", 8), ("process_churn", 2), ("cuda_context", 2), ("alloc_free", 1), ("library_first_use", 2),
+       ("compile_first_call", 1), ("nvcc", 2), ("load_extension", 2), ("nvidia_smi", 2), ("file_io", 1), ("memory", 1))
+
+CU_SOURCE = "__global__ void k(float *x) { x[threadIdx.x] *= 2.0f; }\n"
 
 
-def burn(cpus, stop_at: float) -> None:
-    if cpus is not None:
-        os.sched_setaffinity(0, cpus)
-    x = 0
-    while time.time() < stop_at:
-        x += 1
+# --------------------------------------------------------------------------- interferers
 
 
-def timed_calls(seconds: float, use_cuda: bool) -> list[float]:
-    import torch
+def _py(code: str) -> None:
+    subprocess.run([sys.executable, "-c", code], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
 
-    dev = "cuda" if use_cuda else "cpu"
-    x = torch.ones(1024, device=dev)
-    out = []
-    end = time.monotonic() + seconds
-    while time.monotonic() < end:
-        if use_cuda:
-            s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            s.record()
-            x.add_(1)
-            e.record()
+
+def interfere(activity: str, until: float, ext: list[str], cpu: bool) -> int:
+    """Do ``activity`` until the wall clock reaches ``until``; returns the iterations done."""
+    n = 0
+    if activity == "cpu_shared":
+        os.sched_setaffinity(0, set(range(os.cpu_count() or 1)))
+    if activity in ("cpu_python", "cpu_shared"):
+        x = 0
+        while time.time() < until:
+            for _ in range(100_000):
+                x += 1
+            n += 1
+        return n
+    dev = "cpu" if cpu else "cuda"
+    if activity == "process_churn":
+        while time.time() < until:
+            _py("import torch")
+            n += 1
+    elif activity == "cuda_context":
+        while time.time() < until:
+            _py("import torch; torch.cuda.init(); torch.empty(1, device='cuda'); torch.cuda.current_blas_handle()")
+            n += 1
+    elif activity == "alloc_free":
+        import torch
+
+        while time.time() < until:
+            t = torch.empty(2**28, device=dev)
+            del t
+            torch.cuda.empty_cache()
+            n += 1
+    elif activity == "gpu_kernels":
+        import torch
+
+        a = torch.randn(4096, 4096, device=dev)
+        while time.time() < until:
+            for _ in range(10):
+                a = (a @ a).tanh_()
             torch.cuda.synchronize()
-            out.append(s.elapsed_time(e))
-        else:
-            t0 = time.perf_counter()
-            x.add_(1)
-            out.append((time.perf_counter() - t0) * 1e3)
+            n += 1
+    elif activity == "library_first_use":
+        code = (
+            "import torch; x = torch.randn(8, 16, 32, 32, device='cuda'); w = torch.randn(16, 16, 3, 3, device='cuda');"
+            " torch.nn.functional.conv2d(x, w); (x.flatten(1) @ x.flatten(1).T).sum().item()"
+        )
+        while time.time() < until:
+            _py(code)
+            n += 1
+    elif activity == "compile_first_call":
+        code = (
+            f"import torch; m = torch.nn.Sequential(torch.nn.Linear(256, 256), torch.nn.GELU(), torch.nn.Linear(256, 64)).to('{dev}');"
+            f" torch.compile(m)(torch.randn(32, 256, device='{dev}'))"
+        )
+        while time.time() < until:
+            _py(code)
+            n += 1
+    elif activity == "nvcc":
+        with tempfile.TemporaryDirectory() as tmp:
+            src = Path(tmp) / "k.cu"
+            src.write_text(CU_SOURCE)
+            while time.time() < until:
+                rc = subprocess.run(["nvcc", "-c", str(src), "-o", str(Path(tmp) / "k.o")], capture_output=True).returncode
+                if rc:
+                    return -1
+                n += 1
+    elif activity == "load_extension":
+        code = (
+            "import importlib.machinery, importlib.util, sys, torch\n"
+            "for p in sys.argv[1:]:\n"
+            "    name = p.rsplit('/', 1)[-1].split('.')[0]\n"
+            "    spec = importlib.util.spec_from_file_location(name, p, loader=importlib.machinery.ExtensionFileLoader(name, p))\n"
+            "    try: spec.loader.exec_module(importlib.util.module_from_spec(spec))\n"
+            "    except Exception: pass\n"
+            "torch.empty(1, device='cuda')\n"
+        )
+        while time.time() < until and ext:
+            subprocess.run([sys.executable, "-c", code, *ext], capture_output=True)
+            n += 1
+    elif activity == "nvidia_smi":
+        while time.time() < until:
+            subprocess.run(["nvidia-smi", "--query-gpu=clocks.sm,clocks.mem,temperature.gpu,power.draw,pstate",
+                            "--format=csv,noheader,nounits"], capture_output=True)
+            n += 1
+    elif activity == "file_io":
+        block = os.urandom(1 << 20)
+        with tempfile.TemporaryDirectory(dir=os.environ.get("BENCH_IO_DIR")) as tmp:
+            while time.time() < until:
+                path = Path(tmp) / "f"
+                with open(path, "wb") as fh:
+                    for _ in range(64):
+                        fh.write(block)
+                    fh.flush()
+                    os.fsync(fh.fileno())
+                path.unlink()
+                n += 1
+    elif activity == "memory":
+        import numpy as np
+
+        while time.time() < until:
+            a = np.ones(2**28, dtype=np.float64)
+            del a
+            n += 1
+    return n
+
+
+# --------------------------------------------------------------------------- the timer
+
+
+def cpu_line(cpu: int) -> list[int]:
+    """user nice system idle iowait irq softirq steal (jiffies) of one CPU from /proc/stat."""
+    try:
+        for line in Path("/proc/stat").read_text().splitlines():
+            if line.startswith(f"cpu{cpu} "):
+                return [int(v) for v in line.split()[1:9]]
+    except OSError:
+        pass
+    return [0] * 8
+
+
+def interrupts_on(cpu: int) -> dict:
+    """Interrupt counts on one CPU per source (/proc/interrupts)."""
+    out = {}
+    try:
+        lines = Path("/proc/interrupts").read_text().splitlines()
+    except OSError:
+        return out
+    cpus = lines[0].split()
+    try:
+        col = cpus.index(f"CPU{cpu}")
+    except ValueError:
+        return out
+    for line in lines[1:]:
+        parts = line.split()
+        if len(parts) > col + 1 and parts[col + 1].isdigit():
+            out[parts[0].rstrip(":")] = int(parts[col + 1])
     return out
 
 
-def phase(name: str, seconds: float, burners: int, pin_burners, timing_cpu: int, use_cuda: bool) -> dict:
-    ctx = mp.get_context("spawn")
-    stop_at = time.time() + seconds + 2
-    procs = [ctx.Process(target=burn, args=(pin_burners, stop_at)) for _ in range(burners)]
-    for p in procs:
-        p.start()
-    time.sleep(1.0)  # let the scheduler spread them
+def time_calls(seconds: float, cpu: bool, timing_cpu: int, rest: set) -> dict:
+    """Tiny calls, and a ~0.5 ms one every 20th call, for ``seconds`` from the timing CPU."""
+    import torch
+
+    from l1bench.worker import time_call
+
+    dev = "cpu" if cpu else "cuda"
+    x = torch.ones(1024, device=dev)
+    big_src = torch.ones(2**26 if cpu else 2**28, device=dev)
+    big_dst = torch.empty_like(big_src)
+    tiny = lambda: x.add_(1)  # noqa: E731
+    medium = lambda: big_dst.copy_(big_src)  # noqa: E731
+    for fn in (tiny, medium):
+        for _ in range(5):
+            time_call(fn, (), dev)
+    out = {"tiny": [], "medium": []}
     os.sched_setaffinity(0, {timing_cpu})
     try:
-        ms = timed_calls(seconds, use_cuda)
+        with hostclock.ThreadClock() as clock:
+            end = time.monotonic() + seconds
+            i = 0
+            while time.monotonic() < end:
+                kind = "medium" if i % 20 == 19 else "tiny"
+                ms, launch = time_call(medium if kind == "medium" else tiny, (), dev, (), clock)
+                out[kind].append((ms, launch))
+                i += 1
     finally:
-        os.sched_setaffinity(0, ALL_CPUS)
-        for p in procs:
-            p.join()
+        os.sched_setaffinity(0, rest)
+    return out
+
+
+def summarise(calls: list) -> dict:
+    if not calls:
+        return {"calls": 0}
+    ms = [c[0] for c in calls]
     med = statistics.median(ms)
-    stretched = [v - med for v in ms if v - med >= 1.0]
-    res = {
-        "phase": name, "burners": burners, "calls": len(ms), "median_ms": med,
-        "stretched_1ms": len(stretched), "per_1000": 1000 * len(stretched) / len(ms),
-        "max_stretch_ms": max(stretched, default=0.0),
-        "stretch_ms": sorted(round(v, 2) for v in stretched)[-50:],
+    flags = stalls.stalled(ms, med)
+    causes: dict = {}
+    stretch = []
+    for (v, launch), stalled in zip(calls, flags):
+        if stalled:
+            cause = hostclock.stall_cause(v - med, launch) if launch is not None else "unknown"
+            causes[cause] = causes.get(cause, 0) + 1
+            stretch.append(round(v - med, 2))
+    disturbed = sum(1 for _, d in calls if d is not None and d.disturbed())
+    return {
+        "calls": len(ms),
+        "median_ms": round(med, 5),
+        "stalled": sum(flags),
+        "stalled_per_1000": round(1000 * sum(flags) / len(ms), 3),
+        "causes": causes,
+        "stretch_ms": sorted(stretch)[-20:],
+        "disturbed": disturbed,
+        "disturbed_per_1000": round(1000 * disturbed / len(ms), 3),
+        "max_wait_us": max((round((d.wait_ns or 0) / 1000) for _, d in calls if d is not None), default=0),
     }
-    print(f"{name:9s} burners {burners:3d}: {len(ms)} calls, median {med:.4f} ms, stretched >= 1 ms: "
-          f"{len(stretched)} ({res['per_1000']:.2f} per 1000), largest +{res['max_stretch_ms']:.2f} ms", flush=True)
+
+
+def run_phase(name: str, args, timing_cpu: int, rest: set) -> dict:
+    mix = MIX if name == "all" else () if name == "idle" else ((name, default_count(name, rest)),)
+    mix = [(a, k) for a, k in mix if not (args.cpu and a in NEEDS_GPU) and not (a == "load_extension" and not args.ext)]
+    until = time.time() + args.ramp + args.seconds + 0.5
+    procs = []
+    for activity, count in mix:
+        for _ in range(count):
+            cmd = [sys.executable, __file__, "--interfere", activity, "--until", str(until), *(["--cpu"] if args.cpu else [])]
+            if args.ext:
+                cmd += ["--ext", *args.ext]
+            procs.append((activity, subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)))
+    time.sleep(args.ramp if procs else 0.2)
+    stat0, irq0 = cpu_line(timing_cpu), interrupts_on(timing_cpu)
+    t0 = time.monotonic()
+    calls = time_calls(args.seconds, args.cpu, timing_cpu, rest)
+    wall = time.monotonic() - t0
+    stat1, irq1 = cpu_line(timing_cpu), interrupts_on(timing_cpu)
+    done: dict = {}
+    for activity, p in procs:
+        try:
+            text, _ = p.communicate(timeout=120)
+            done[activity] = done.get(activity, 0) + int((text or "0").strip().splitlines()[-1])
+        except (subprocess.TimeoutExpired, ValueError, IndexError):
+            p.kill()
+            p.communicate()
+            done[activity] = done.get(activity, 0)
+    names = ("user", "nice", "system", "idle", "iowait", "irq", "softirq", "steal")
+    irq_delta = {k: irq1.get(k, 0) - v for k, v in irq0.items() if irq1.get(k, 0) - v > 0}
+    res = {
+        "activity": name,
+        "seconds": round(wall, 2),
+        "interferers": {a: k for a, k in mix},
+        "interferer_iterations": done,
+        "tiny": summarise(calls["tiny"]),
+        "medium": summarise(calls["medium"]),
+        "timing_cpu_jiffies": {n: b - a for n, a, b in zip(names, stat0, stat1)},
+        "timing_cpu_interrupts": dict(sorted(irq_delta.items(), key=lambda kv: -kv[1])[:8]),
+    }
+    t, m = res["tiny"], res["medium"]
+    print(
+        f"{name:19s} tiny {t['calls']:7d} calls, stalled {t.get('stalled_per_1000', 0):6.2f}/1000 {t.get('causes', {})}, "
+        f"disturbed {t.get('disturbed_per_1000', 0):6.2f}/1000 | medium stalled {m.get('stalled_per_1000', 0):6.2f}/1000 "
+        f"{m.get('causes', {})} | cpu{timing_cpu} irq+softirq {res['timing_cpu_jiffies']['irq'] + res['timing_cpu_jiffies']['softirq']} "
+        f"sys {res['timing_cpu_jiffies']['system']} steal {res['timing_cpu_jiffies']['steal']} | work {done}",
+        flush=True,
+    )
     return res
 
 
-ALL_CPUS: set[int] = set()
+def default_count(activity: str, rest: set) -> int:
+    return {
+        "cpu_python": 2 * len(rest), "cpu_shared": 2 * len(rest) + 2, "process_churn": 6, "cuda_context": 4,
+        "alloc_free": 2, "gpu_kernels": 1, "library_first_use": 4, "compile_first_call": 3, "nvcc": 4,
+        "load_extension": 4, "nvidia_smi": 4, "file_io": 2, "memory": 2,
+    }[activity]
 
 
 def main(argv=None) -> int:
-    global ALL_CPUS
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--seconds", type=float, default=10.0, help="timing per phase")
-    ap.add_argument("--burners", type=int, default=2 * os.cpu_count())
+    ap.add_argument("--seconds", type=float, default=6.0, help="timing per activity")
+    ap.add_argument("--ramp", type=float, default=2.0, help="seconds the interferers run before timing starts")
+    ap.add_argument("--activities", nargs="*", default=list(ACTIVITIES), choices=ACTIVITIES)
     ap.add_argument("--cpu", action="store_true", help="time on the CPU (a smoke test without a GPU)")
+    ap.add_argument("--ext", nargs="*", default=[], help="built torch extension modules (.so) for load_extension")
+    ap.add_argument("--isolate-system", action="store_true", help="then isolate the timing CPU machine-wide (root)")
     ap.add_argument("--json")
+    ap.add_argument("--interfere", help=argparse.SUPPRESS)
+    ap.add_argument("--until", type=float, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
-    ALL_CPUS = set(os.sched_getaffinity(0))
-    timing = max(ALL_CPUS)
-    rest = ALL_CPUS - {timing}
-    if not rest:
+    if args.interfere:
+        print(interfere(args.interfere, args.until, args.ext, args.cpu), flush=True)
+        return 0
+    cpus = set(os.sched_getaffinity(0))
+    timing, rest = gpulock.core_plan(cpus, 1, min_cpus=2)
+    if not timing:
         sys.exit("bench_stalls: needs at least two CPUs")
-    use_cuda = not args.cpu
-    print(f"timing CPU {timing}; {len(rest)} other CPUs; {'CUDA events' if use_cuda else 'host timer'}", flush=True)
-    out = [
-        phase("idle", args.seconds, 0, None, timing, use_cuda),
-        phase("isolated", args.seconds, args.burners, rest, timing, use_cuda),
-        phase("shared", args.seconds, args.burners, None, timing, use_cuda),
-    ]
+    timing_cpu = timing[0]
+    gpulock._set_process_affinity(rest)  # as the workflow: every process it starts stays off
+    import torch
+
+    if not args.cpu:
+        torch.empty(1, device="cuda")  # the context (and its threads) off the timing CPU
+    print(f"timing CPU {timing_cpu}; {len(rest)} other CPUs; {'host timer' if args.cpu else 'CUDA events'}; "
+          f"torch {torch.__version__}; {os.uname().release}", flush=True)
+    phases = [run_phase(a, args, timing_cpu, rest) for a in args.activities if not (args.cpu and a in NEEDS_GPU)]
+    isolation = None
+    if args.isolate_system:
+        isolation = gpulock.isolate_system([timing_cpu])
+        print(f"isolate_system: {isolation}", flush=True)
+        for a in ("idle", "all"):
+            res = run_phase(a, args, timing_cpu, rest)
+            res["activity"] = f"{a} (system isolated)"
+            phases.append(res)
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump({"timing_cpu": timing, "cpus": len(ALL_CPUS), "phases": out}, f, indent=1)
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.json).write_text(json.dumps({
+            "timing_cpu": timing_cpu, "cpus": len(cpus), "kernel": os.uname().release, "torch": torch.__version__,
+            "seconds": args.seconds, "system_isolation": isolation, "phases": phases,
+        }, indent=1))
     return 0
 
 

@@ -32,6 +32,10 @@ fi
 gpu_sampler=$!
 "${off_timing[@]}" bash -c 'while sleep 1; do echo "$(date +%s) $(head -1 /proc/stat)"; done' >"logs/samples/cpu-$stamp.txt" &
 cpu_sampler=$!
+# Every CPU's line too (the timing CPUs' interrupt, softirq and steal time during the run).
+"${off_timing[@]}" bash -c 'while sleep 1; do t=$(date +%s); grep "^cpu[0-9]" /proc/stat | sed "s/^/$t /"; done' \
+    >"logs/samples/cpus-$stamp.txt" &
+cpus_sampler=$!
 site=${L1_SITE:-/tmp/l1bench-site}
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
     --target "$site" .whl/*.whl || exit 1
@@ -72,7 +76,7 @@ while kill -0 "$run" 2>/dev/null; do
 done
 wait "$run"
 echo "snakemake exit $? after $(($(date +%s) - start)) s (124 = budget reached)"
-kill "$gpu_sampler" "$cpu_sampler" 2>/dev/null
+kill "$gpu_sampler" "$cpu_sampler" "$cpus_sampler" 2>/dev/null
 tar czf .devstate/results.tgz --exclude='*/build/ext' --exclude='*/tasks' results logs
 cp .devstate/results.tgz "$out/results.tgz"
 tail -5 "logs/snakemake-$stamp.log"

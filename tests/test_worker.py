@@ -251,9 +251,17 @@ def test_custom_builder_keeps_gpu_init_inside_the_lock(monkeypatch):
 def test_core_plan_reserves_one_timing_cpu_per_device():
     from l1bench.gpulock import core_plan
 
-    timing, rest = core_plan(range(16), 1)
+    alone = lambda cpu: {cpu}  # noqa: E731 - no SMT
+    timing, rest = core_plan(range(16), 1, siblings=alone)
     assert timing == [15] and rest == set(range(15))
-    timing, rest = core_plan(range(128), 8)
+    # SMT: CPU 15 shares its core with CPU 7, which is left idle too
+    pairs = lambda cpu: {cpu % 8, cpu % 8 + 8}  # noqa: E731
+    timing, rest = core_plan(range(16), 1, siblings=pairs)
+    assert timing == [15] and rest == set(range(16)) - {7, 15}
+    timing, rest = core_plan(range(16), 2, siblings=pairs)
+    assert timing == [15, 14] and rest == set(range(16)) - {6, 7, 14, 15}
+    assert core_plan(range(4), 2, siblings=lambda c: {c % 2, c % 2 + 2})[0] == [3, 2]  # too small to idle siblings
+    timing, rest = core_plan(range(128), 8, siblings=alone)
     assert timing == list(range(127, 119, -1)) and not set(timing) & rest and len(rest) == 120
     assert core_plan(range(2), 1) == ([], {0, 1})  # a CI box: nothing reserved
     assert core_plan(range(8), 5) == ([], set(range(8)))  # fewer than two CPUs per device
@@ -266,6 +274,9 @@ class FakeAffinity:
     def __init__(self, monkeypatch, cpus=range(16), tids=(101, 102)):
         import os
 
+        from l1bench import gpulock
+
+        monkeypatch.setattr(gpulock, "thread_siblings", lambda cpu: {cpu})  # no SMT
         self.masks = {0: set(cpus)} | {t: set(cpus) for t in tids}
         monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(self.masks[pid]))
         monkeypatch.setattr(os, "sched_setaffinity", self.set)

@@ -35,18 +35,44 @@ TIMING_CPU_ENV = "L1BENCH_TIMING_CPU"
 RESERVED_ENV = "L1BENCH_TIMING_CPUS"
 
 
-def core_plan(cpus, n_devices: int, min_cpus: int = 4) -> tuple[list[int], set[int]]:
+def core_plan(cpus, n_devices: int, min_cpus: int = 4, siblings=None) -> tuple[list[int], set[int]]:
     """(timing CPU of each device's lock, CPUs for everything else).
 
     One CPU per device is reserved, counted from the highest: device 0 gets the last CPU,
-    device 1 the one before, and so on. With fewer than ``min_cpus`` CPUs, or fewer than two
-    CPUs per device, nothing is reserved: ([], cpus).
+    device 1 the one before, and so on. Where a CPU shares its core with others (SMT siblings,
+    ``siblings(cpu)``, default: the kernel's topology), a timing CPU's siblings are left idle
+    too: work on a sibling slows the thread that launches the timed kernels. With fewer than
+    ``min_cpus`` CPUs, or fewer than two CPUs per device left for the rest, nothing is
+    reserved: ([], cpus).
     """
     ordered = sorted(cpus)
     if n_devices < 1 or len(ordered) < max(min_cpus, 2 * n_devices):
         return [], set(ordered)
-    timing = [ordered[-1 - i] for i in range(n_devices)]
-    return timing, set(ordered) - set(timing)
+    siblings = siblings or thread_siblings
+    timing: list[int] = []
+    idle: set[int] = set()
+    for cpu in reversed(ordered):
+        if len(timing) == n_devices:
+            break
+        if cpu in idle:
+            continue
+        timing.append(cpu)
+        idle |= (set(siblings(cpu)) & set(ordered)) - {cpu}
+    rest = set(ordered) - set(timing) - idle
+    if len(timing) < n_devices or len(rest) < max(n_devices, min_cpus - n_devices):
+        # too few cores to leave the siblings idle: reserve the timing CPUs alone
+        timing = [ordered[-1 - i] for i in range(n_devices)]
+        rest = set(ordered) - set(timing)
+    return timing, rest
+
+
+def thread_siblings(cpu: int, sysfs: str = "/sys") -> set[int]:
+    """The CPUs sharing ``cpu``'s core (itself included; {cpu} where the kernel does not say)."""
+    try:
+        text = Path(sysfs, f"devices/system/cpu/cpu{cpu}/topology/thread_siblings_list").read_text()
+        return _parse_cpu_list(text) or {cpu}
+    except (OSError, ValueError):
+        return {cpu}
 
 
 def reserve_timing_cpus(n_devices: int, device_index: int | None) -> int | None:

@@ -30,6 +30,8 @@ from dataclasses import dataclass
 #: Calls whose thread lost at least this much (ns) are *disturbed*: far above the microseconds
 #: of a timer interrupt, far below the 4 ms scheduler ticks that stretched the H200 run's calls.
 DISTURBED_NS = 20_000
+#: ... and at least this share of the call's event time.
+RELATIVE = 0.02
 
 
 @dataclass(frozen=True)
@@ -141,10 +143,16 @@ class Ledger:
         self.calls: list = []  # (trial, pair, side, event_ms, Delta)
         self.retimed: set = set()
 
+    def disturbed(self, delta: Delta | None, event_ms: float) -> bool:
+        """Whether the host kept the thread from running for at least the threshold and at
+        least :data:`RELATIVE` of the call's event time (a microsecond on a 10 ms call is not
+        worth timing again)."""
+        return delta is not None and delta.disturbed(max(self.threshold_ns, int(RELATIVE * event_ms * 1e6)))
+
     def record(self, delta: Delta | None, trial: int, pair: int, side: str, event_ms: float) -> bool:
         """Account for one timed call; True when its host part was disturbed."""
         self.calls.append((trial, pair, side, event_ms, delta))
-        return delta is not None and delta.disturbed(self.threshold_ns)
+        return self.disturbed(delta, event_ms)
 
     def mark_retimed(self, trial: int, pair: int) -> None:
         """The pair (trial, pair) was discarded and timed again."""
@@ -162,7 +170,7 @@ class Ledger:
         rows, causes = [], {}
         for trial, pair, side, ms, delta in known:
             is_stall = stalled([ms], medians[side], FACTOR, MIN_EXTRA_MS)[0]
-            disturbed = delta.disturbed(self.threshold_ns)
+            disturbed = self.disturbed(delta, ms)
             if not (is_stall or disturbed):
                 continue
             cause = stall_cause(ms - medians[side], delta, self.threshold_ns) if is_stall else ""
@@ -174,8 +182,8 @@ class Ledger:
         return {
             "calls": len(self.calls),
             "host_known": len(known),
-            "disturbed_calls": sum(c[4].disturbed(self.threshold_ns) for c in known),
-            "disturbed_ms": round(sum(c[4].disturbed_ns for c in known if c[4].disturbed(self.threshold_ns)) / 1e6, 3),
+            "disturbed_calls": sum(self.disturbed(c[4], c[3]) for c in known),
+            "disturbed_ms": round(sum(c[4].disturbed_ns for c in known if self.disturbed(c[4], c[3])) / 1e6, 3),
             "retimed_pairs": len(self.retimed),
             "stall_causes": causes,
             "threshold_us": self.threshold_ns // 1000,

@@ -19,6 +19,7 @@ waiting on the custom model's own streams when its source mentions
 from __future__ import annotations
 
 import contextlib
+import gc
 import json
 import os
 import random
@@ -420,9 +421,15 @@ def exclusive(device: str, job: dict, stats: dict):
 
     sync = (lambda: torch.cuda.synchronize(device)) if device.startswith("cuda") else None
     with gpulock.device_lock(device, job.get("lock_dir"), stats, before_pause=sync), torch.no_grad():
+        # No garbage collection inside a section: a full collection over torch's own objects
+        # (milliseconds) would otherwise land in a timed call now and then.
+        collecting = gc.isenabled()
+        gc.disable()
         try:
             yield
         finally:
+            if collecting:
+                gc.enable()
             if device.startswith("cuda"):
                 try:
                     torch.cuda.synchronize(device)
