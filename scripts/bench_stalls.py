@@ -36,8 +36,10 @@ interferers did. With ``--isolate-system`` (root) the machine-wide isolation of 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
+import signal
 import statistics
 import subprocess
 import sys
@@ -69,6 +71,12 @@ def _py(code: str) -> None:
     subprocess.run([sys.executable, "-c", code], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
 
 
+def tick(n: int) -> int:
+    """One more iteration done, said at once (the parent kills interferers when timing ends)."""
+    print(n + 1, flush=True)
+    return n + 1
+
+
 def interfere(activity: str, until: float, ext: list[str], cpu: bool) -> int:
     """Do ``activity`` until the wall clock reaches ``until``; returns the iterations done."""
     n = 0
@@ -77,19 +85,19 @@ def interfere(activity: str, until: float, ext: list[str], cpu: bool) -> int:
     if activity in ("cpu_python", "cpu_shared"):
         x = 0
         while time.time() < until:
-            for _ in range(100_000):
+            for _ in range(2_000_000):
                 x += 1
-            n += 1
+            n = tick(n)
         return n
     dev = "cpu" if cpu else "cuda"
     if activity == "process_churn":
         while time.time() < until:
             _py("import torch")
-            n += 1
+            n = tick(n)
     elif activity == "cuda_context":
         while time.time() < until:
             _py("import torch; torch.cuda.init(); torch.empty(1, device='cuda'); torch.cuda.current_blas_handle()")
-            n += 1
+            n = tick(n)
     elif activity == "alloc_free":
         import torch
 
@@ -97,7 +105,7 @@ def interfere(activity: str, until: float, ext: list[str], cpu: bool) -> int:
             t = torch.empty(2**28, device=dev)
             del t
             torch.cuda.empty_cache()
-            n += 1
+            n = tick(n)
     elif activity == "gpu_kernels":
         import torch
 
@@ -106,7 +114,7 @@ def interfere(activity: str, until: float, ext: list[str], cpu: bool) -> int:
             for _ in range(10):
                 a = (a @ a).tanh_()
             torch.cuda.synchronize()
-            n += 1
+            n = tick(n)
     elif activity == "library_first_use":
         code = (
             "import torch; x = torch.randn(8, 16, 32, 32, device='cuda'); w = torch.randn(16, 16, 3, 3, device='cuda');"
@@ -114,7 +122,7 @@ def interfere(activity: str, until: float, ext: list[str], cpu: bool) -> int:
         )
         while time.time() < until:
             _py(code)
-            n += 1
+            n = tick(n)
     elif activity == "compile_first_call":
         code = (
             f"import torch; m = torch.nn.Sequential(torch.nn.Linear(256, 256), torch.nn.GELU(), torch.nn.Linear(256, 64)).to('{dev}');"
@@ -122,7 +130,7 @@ def interfere(activity: str, until: float, ext: list[str], cpu: bool) -> int:
         )
         while time.time() < until:
             _py(code)
-            n += 1
+            n = tick(n)
     elif activity == "nvcc":
         with tempfile.TemporaryDirectory() as tmp:
             src = Path(tmp) / "k.cu"
@@ -131,25 +139,29 @@ def interfere(activity: str, until: float, ext: list[str], cpu: bool) -> int:
                 rc = subprocess.run(["nvcc", "-c", str(src), "-o", str(Path(tmp) / "k.o")], capture_output=True).returncode
                 if rc:
                     return -1
-                n += 1
+                n = tick(n)
     elif activity == "load_extension":
+        # torch extensions are Python modules; a plain CUDA library (built by build_library)
+        # is loaded as a shared object: either way dlopen and the CUDA fatbin's registration
         code = (
-            "import importlib.machinery, importlib.util, sys, torch\n"
+            "import ctypes, importlib.machinery, importlib.util, sys, torch\n"
+            "torch.empty(1, device='cuda')\n"
             "for p in sys.argv[1:]:\n"
             "    name = p.rsplit('/', 1)[-1].split('.')[0]\n"
-            "    spec = importlib.util.spec_from_file_location(name, p, loader=importlib.machinery.ExtensionFileLoader(name, p))\n"
-            "    try: spec.loader.exec_module(importlib.util.module_from_spec(spec))\n"
-            "    except Exception: pass\n"
-            "torch.empty(1, device='cuda')\n"
+            "    try:\n"
+            "        spec = importlib.util.spec_from_file_location(name, p, loader=importlib.machinery.ExtensionFileLoader(name, p))\n"
+            "        spec.loader.exec_module(importlib.util.module_from_spec(spec))\n"
+            "    except Exception:\n"
+            "        ctypes.CDLL(p)\n"
         )
         while time.time() < until and ext:
             subprocess.run([sys.executable, "-c", code, *ext], capture_output=True)
-            n += 1
+            n = tick(n)
     elif activity == "nvidia_smi":
         while time.time() < until:
             subprocess.run(["nvidia-smi", "--query-gpu=clocks.sm,clocks.mem,temperature.gpu,power.draw,pstate",
                             "--format=csv,noheader,nounits"], capture_output=True)
-            n += 1
+            n = tick(n)
     elif activity == "file_io":
         block = os.urandom(1 << 20)
         with tempfile.TemporaryDirectory(dir=os.environ.get("BENCH_IO_DIR")) as tmp:
@@ -161,14 +173,14 @@ def interfere(activity: str, until: float, ext: list[str], cpu: bool) -> int:
                     fh.flush()
                     os.fsync(fh.fileno())
                 path.unlink()
-                n += 1
+                n = tick(n)
     elif activity == "memory":
         import numpy as np
 
         while time.time() < until:
             a = np.ones(2**28, dtype=np.float64)
             del a
-            n += 1
+            n = tick(n)
     return n
 
 
@@ -263,6 +275,21 @@ def summarise(calls: list) -> dict:
     }
 
 
+def build_library(dest: Path) -> str | None:
+    """A CUDA shared library with a few hundred kernels (nvcc), for ``load_extension`` when no
+    built torch extension is given; None without nvcc."""
+    src = dest / "bench_ext.cu"
+    src.write_text("".join(f"__global__ void k{i}(float *x) {{ x[threadIdx.x] += {i}.0f; }}\n" for i in range(300))
+                   + 'extern "C" int n_kernels() { return 300; }\n')
+    out = dest / "bench_ext.so"
+    try:
+        rc = subprocess.run(["nvcc", "-shared", "-Xcompiler", "-fPIC", "-arch=sm_90", str(src), "-o", str(out)],
+                            capture_output=True, timeout=300).returncode
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return str(out) if rc == 0 and out.exists() else None
+
+
 def run_phase(name: str, args, timing_cpu: int, rest: set) -> dict:
     mix = MIX if name == "all" else () if name == "idle" else ((name, default_count(name, rest)),)
     mix = [(a, k) for a, k in mix if not (args.cpu and a in NEEDS_GPU) and not (a == "load_extension" and not args.ext)]
@@ -273,7 +300,8 @@ def run_phase(name: str, args, timing_cpu: int, rest: set) -> dict:
             cmd = [sys.executable, __file__, "--interfere", activity, "--until", str(until), *(["--cpu"] if args.cpu else [])]
             if args.ext:
                 cmd += ["--ext", *args.ext]
-            procs.append((activity, subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)))
+            procs.append((activity, subprocess.Popen(
+                cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, start_new_session=True)))
     time.sleep(args.ramp if procs else 0.2)
     stat0, irq0 = cpu_line(timing_cpu), interrupts_on(timing_cpu)
     t0 = time.monotonic()
@@ -281,14 +309,12 @@ def run_phase(name: str, args, timing_cpu: int, rest: set) -> dict:
     wall = time.monotonic() - t0
     stat1, irq1 = cpu_line(timing_cpu), interrupts_on(timing_cpu)
     done: dict = {}
-    for activity, p in procs:
-        try:
-            text, _ = p.communicate(timeout=120)
-            done[activity] = done.get(activity, 0) + int((text or "0").strip().splitlines()[-1])
-        except (subprocess.TimeoutExpired, ValueError, IndexError):
-            p.kill()
-            p.communicate()
-            done[activity] = done.get(activity, 0)
+    for activity, p in procs:  # stop them now (an iteration can take seconds): what they did is printed as they go
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(p.pid, signal.SIGKILL)
+        text, _ = p.communicate()
+        lines = (text or "").split()
+        done[activity] = done.get(activity, 0) + (int(lines[-1]) if lines and lines[-1].lstrip("-").isdigit() else 0)
     names = ("user", "nice", "system", "idle", "iowait", "irq", "softirq", "steal")
     irq_delta = {k: irq1.get(k, 0) - v for k, v in irq0.items() if irq1.get(k, 0) - v > 0}
     res = {
@@ -335,6 +361,7 @@ def main(argv=None) -> int:
     if args.interfere:
         print(interfere(args.interfere, args.until, args.ext, args.cpu), flush=True)
         return 0
+
     cpus = set(os.sched_getaffinity(0))
     timing, rest = gpulock.core_plan(cpus, 1, min_cpus=2)
     if not timing:
@@ -345,6 +372,9 @@ def main(argv=None) -> int:
 
     if not args.cpu:
         torch.empty(1, device="cuda")  # the context (and its threads) off the timing CPU
+    if not args.ext and not args.cpu and "load_extension" in args.activities + ["all"]:
+        lib = build_library(Path(tempfile.mkdtemp(prefix="bench-ext-")))
+        args.ext = [lib] if lib else []
     print(f"timing CPU {timing_cpu}; {len(rest)} other CPUs; {'host timer' if args.cpu else 'CUDA events'}; "
           f"torch {torch.__version__}; {os.uname().release}", flush=True)
     phases = [run_phase(a, args, timing_cpu, rest) for a in args.activities if not (args.cpu and a in NEEDS_GPU)]

@@ -164,6 +164,9 @@ def test_the_device_is_synchronised_before_the_lock_is_paused(tmp_path):
             events.append("paused" if gpulock.DeviceLock.current is None else "held")
         assert gpulock.DeviceLock.current is lock
     assert events == ["sync", "paused"]
+    with lock:  # timed calls never let go of the lock
+        with gpulock.DeviceLock.no_pause(), gpulock.DeviceLock.pause_current():
+            assert gpulock.DeviceLock.current is lock
 
 
 def test_dynamo_compiles_let_go_of_the_lock_and_kernels_keep_it(tmp_path):

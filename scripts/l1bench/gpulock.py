@@ -329,6 +329,8 @@ class DeviceLock:
 
     #: The lock this process holds now (None when none): what :meth:`pause_current` pauses.
     current: "DeviceLock | None" = None
+    #: True inside :meth:`no_pause` (timed calls): the lock is then never let go of.
+    unpausable: bool = False
 
     def __init__(self, device: str, lock_dir=None, stats: dict | None = None, before_pause=None):
         lock_dir = Path(lock_dir) if lock_dir else default_lock_dir()
@@ -395,9 +397,25 @@ class DeviceLock:
 
     @staticmethod
     def pause_current():
-        """:meth:`paused` of the lock held now, or a no-op context when none is held."""
+        """:meth:`paused` of the lock held now, or a no-op context when none is held or inside
+        :meth:`no_pause`."""
         lock = DeviceLock.current
-        return lock.paused() if lock is not None else contextlib.nullcontext()
+        if lock is None or DeviceLock.unpausable:
+            return contextlib.nullcontext()
+        return lock.paused()
+
+    @staticmethod
+    @contextlib.contextmanager
+    def no_pause():
+        """Keep the lock through the body even where CPU work would let go of it (a compile or
+        an extension build inside a timed call: another job's kernels would then be timed
+        with it)."""
+        before = DeviceLock.unpausable
+        DeviceLock.unpausable = True
+        try:
+            yield
+        finally:
+            DeviceLock.unpausable = before
 
 
 def device_lock(

@@ -769,7 +769,7 @@ def do_time(job: dict, meta: dict, snippets: dict) -> dict:
         with gpu_section(), phase(stats, "strict"):
             base, custom = on_device(base_cpu, custom_cpu, p["seed"], init_inputs)
             warm_up(base, custom, make_inputs(get_inputs, device, on_dev), p["warmup"], device)
-            with guarded("strict timing", "runtime_error"):
+            with guarded("strict timing", "runtime_error"), gpulock.DeviceLock.no_pause():
                 st = strict.time_strict(
                     base,
                     custom,
@@ -821,7 +821,7 @@ def do_time(job: dict, meta: dict, snippets: dict) -> dict:
             base, custom, streams, warm_inputs = placed(base_cpu, custom_cpu, seed, init_inputs)
             with phase(stats, "warm-up calls"):
                 warm_up(base, custom, warm_inputs, p["warmup"], device)
-            with phase(stats, "timed pairs"):
+            with phase(stats, "timed pairs"), gpulock.DeviceLock.no_pause():
                 ref_ms, cus_ms = timed_pairs(
                     base,
                     custom,
