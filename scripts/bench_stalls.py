@@ -21,6 +21,11 @@ do one kind of work at a time, each something a job of the workflow does outside
     memory              2 GiB of fresh host memory touched and freed
     all                 all of them together (the workflow's mix)
 
+Every 20th call also allocates 4 MiB of device memory inside its window, after the
+allocator's cache was emptied (``alloc``: a real cudaMalloc, as the first timed pair of an
+outer trial makes): its latency shows what other processes' calls into the GPU's resource
+manager do to a timed call that calls into it too.
+
 Per activity: timed calls, stalled calls per 1000 (>= 3x the median and >= 1 ms over it, as
 l1bench.stalls counts them), each stall's cause from the timing thread's own accounting
 (l1bench.hostclock: preempted / host_lost / host_slow / gpu), calls during whose launch the
@@ -229,18 +234,29 @@ def time_calls(seconds: float, cpu: bool, timing_cpu: int, rest: set) -> dict:
     big_dst = torch.empty_like(big_src)
     tiny = lambda: x.add_(1)  # noqa: E731
     medium = lambda: big_dst.copy_(big_src)  # noqa: E731
+    held: list = []
+
+    def alloc():  # a device allocation inside the window, as a first timed pair makes
+        held.append(torch.empty(1 << 20, device=dev))
+        x.add_(1)
+
     for fn in (tiny, medium):
         for _ in range(5):
             time_call(fn, (), dev)
-    out = {"tiny": [], "medium": []}
+    out = {"tiny": [], "medium": [], "alloc": []}
     os.sched_setaffinity(0, {timing_cpu})
     try:
         with hostclock.ThreadClock() as clock:
             end = time.monotonic() + seconds
             i = 0
             while time.monotonic() < end:
-                kind = "medium" if i % 20 == 19 else "tiny"
-                ms, launch = time_call(medium if kind == "medium" else tiny, (), dev, (), clock)
+                kind = "medium" if i % 20 == 19 else "alloc" if i % 20 == 9 else "tiny"
+                if kind == "alloc":  # the allocator's cache emptied first: a real cudaMalloc
+                    held.clear()
+                    if not cpu:
+                        torch.cuda.empty_cache()
+                fn = {"tiny": tiny, "medium": medium, "alloc": alloc}[kind]
+                ms, launch = time_call(fn, (), dev, (), clock)
                 out[kind].append((ms, launch))
                 i += 1
     finally:
@@ -262,9 +278,12 @@ def summarise(calls: list) -> dict:
             causes[cause] = causes.get(cause, 0) + 1
             stretch.append(round(v - med, 2))
     disturbed = sum(1 for _, d in calls if d is not None and d.disturbed())
+    ordered = sorted(ms)
     return {
         "calls": len(ms),
         "median_ms": round(med, 5),
+        "p99_ms": round(ordered[int(0.99 * (len(ordered) - 1))], 5),
+        "max_ms": round(ordered[-1], 5),
         "stalled": sum(flags),
         "stalled_per_1000": round(1000 * sum(flags) / len(ms), 3),
         "causes": causes,
@@ -324,14 +343,17 @@ def run_phase(name: str, args, timing_cpu: int, rest: set) -> dict:
         "interferer_iterations": done,
         "tiny": summarise(calls["tiny"]),
         "medium": summarise(calls["medium"]),
+        "alloc": summarise(calls["alloc"]),
         "timing_cpu_jiffies": {n: b - a for n, a, b in zip(names, stat0, stat1)},
         "timing_cpu_interrupts": dict(sorted(irq_delta.items(), key=lambda kv: -kv[1])[:8]),
     }
-    t, m = res["tiny"], res["medium"]
+    t, m, a = res["tiny"], res["medium"], res["alloc"]
     print(
         f"{name:19s} tiny {t['calls']:7d} calls, stalled {t.get('stalled_per_1000', 0):6.2f}/1000 {t.get('causes', {})}, "
         f"disturbed {t.get('disturbed_per_1000', 0):6.2f}/1000 | medium stalled {m.get('stalled_per_1000', 0):6.2f}/1000 "
-        f"{m.get('causes', {})} | cpu{timing_cpu} irq+softirq {res['timing_cpu_jiffies']['irq'] + res['timing_cpu_jiffies']['softirq']} "
+        f"{m.get('causes', {})} | alloc median {a.get('median_ms', 0):.3f} ms p99 {a.get('p99_ms', 0):.3f} max {a.get('max_ms', 0):.2f}, "
+        f"stalled {a.get('stalled_per_1000', 0):6.1f}/1000 {a.get('causes', {})} "
+        f"| cpu{timing_cpu} irq+softirq {res['timing_cpu_jiffies']['irq'] + res['timing_cpu_jiffies']['softirq']} "
         f"sys {res['timing_cpu_jiffies']['system']} steal {res['timing_cpu_jiffies']['steal']} | work {done}",
         flush=True,
     )

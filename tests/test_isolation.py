@@ -227,3 +227,47 @@ def test_isolate_system_moves_what_can_move(monkeypatch, tmp_path):
     assert (proc / "irq/24/smp_affinity").read_text() == "00007fff\n" and report["irqs_moved"] == 1
     monkeypatch.setattr(os, "geteuid", lambda: 1000)
     assert gpulock.isolate_system([15], proc=str(proc), sysfs=str(sysfs)) == {"root": False, "timing_cpus": [15]}
+
+
+def test_the_worker_picks_its_gpu_without_starting_cuda(monkeypatch):
+    import torch
+
+    monkeypatch.setattr(gpulock, "visible_gpu_count", lambda: 2)
+    monkeypatch.setattr(gpulock, "reserve_timing_cpus", lambda n, i: None)
+    device = worker.pick_device({"backend": "cuda", "tid": "L1_T001", "mode": "default"})
+    assert device in ("cuda:0", "cuda:1") and not torch.cuda.is_initialized()
+    monkeypatch.setattr(gpulock, "visible_gpu_count", lambda: 0)
+    with pytest.raises(worker.InfraError):
+        worker.pick_device({"backend": "cuda", "tid": "L1_T001"})
+
+
+def test_visible_gpus_from_the_drivers_proc_entries(monkeypatch, tmp_path):
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    for bus in ("0000:18:00.0", "0000:2a:00.0"):
+        (tmp_path / bus).mkdir()
+    assert gpulock.visible_gpu_count(str(tmp_path)) == 2
+
+
+def test_provenance_never_starts_cuda(monkeypatch):
+    import torch
+
+    from l1bench import provenance
+
+    def starts_cuda(*a):
+        raise AssertionError("asked the driver")
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_properties", starts_cuda)
+    info = provenance.environment("cuda:0")  # CUDA not started: no GPU properties asked for
+    assert info["gpu"] is None and not torch.cuda.is_initialized()
+
+
+def test_seeding_does_not_start_the_driver(monkeypatch):
+    import torch
+
+    from l1bench import snippet
+
+    asked = []
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: asked.append(1) or False)
+    snippet.set_seed(3)
+    assert not asked and not torch.cuda.is_initialized()

@@ -103,9 +103,10 @@ def reserved_plan(cpus) -> tuple[list[int], set[int]] | None:
     return (timing, set(cpus) - set(timing)) if timing else None
 
 
-def visible_gpu_count() -> int:
-    """NVIDIA GPUs this machine's jobs will see, without starting CUDA in this process:
-    ``CUDA_VISIBLE_DEVICES`` when set, else ``nvidia-smi -L``; 0 when neither says."""
+def visible_gpu_count(proc_gpus: str = "/proc/driver/nvidia/gpus") -> int:
+    """NVIDIA GPUs this machine's jobs will see, without starting CUDA or calling into the
+    driver: ``CUDA_VISIBLE_DEVICES`` when set, else the driver's /proc entries, else
+    ``nvidia-smi -L``; 0 when none says."""
     import shutil
     import subprocess
 
@@ -113,6 +114,10 @@ def visible_gpu_count() -> int:
     if visible is not None:
         ids = [d.strip() for d in visible.split(",") if d.strip()]
         return 0 if not ids or ids[0].startswith("-") else len(ids)
+    try:
+        return len([d for d in os.listdir(proc_gpus) if ":" in d])
+    except OSError:
+        pass
     if not shutil.which("nvidia-smi"):
         return 0
     try:
@@ -365,6 +370,10 @@ class DeviceLock:
         fcntl.flock(self._fh, fcntl.LOCK_UN)
         _report(self.stats.get("lock_wait_s", 0.0), None)
         self.stats["lock_held_s"] = self.stats.get("lock_held_s", 0.0) + held
+
+    def fileno(self) -> int:
+        """The lock file's descriptor (while held)."""
+        return self._fh.fileno()
 
     def __enter__(self) -> "DeviceLock":
         self._fh = open(self.path, "a+")

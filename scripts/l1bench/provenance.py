@@ -26,16 +26,92 @@ def _nvidia_smi(fields: str, index: int) -> list[str] | None:
     return [v.strip() for v in out.split(",")] if out else None
 
 
+class _Nvml:
+    """NVML through ctypes (the driver's libnvidia-ml), initialised once per process: no
+    process start and no re-initialisation per query, unlike ``nvidia-smi``."""
+
+    lib = None
+    failed = False
+
+    @classmethod
+    def get(cls):
+        if cls.lib is None and not cls.failed:
+            try:
+                import ctypes
+
+                lib = ctypes.CDLL("libnvidia-ml.so.1")
+                if lib.nvmlInit_v2() != 0:
+                    raise OSError("nvmlInit failed")
+                cls.lib = lib
+            except (OSError, AttributeError):
+                cls.failed = True
+        return cls.lib
+
+
+def _nvml_clocks(device: str) -> dict | None:
+    """Clocks of a CUDA device by its UUID (CUDA_VISIBLE_DEVICES may renumber devices)."""
+    import ctypes
+
+    import torch
+
+    lib = _Nvml.get()
+    if lib is None or not torch.cuda.is_initialized():
+        return None
+    index = int(device.split(":")[1]) if ":" in device else 0
+    uuid = getattr(torch.cuda.get_device_properties(index), "uuid", None)
+    handle = ctypes.c_void_p()
+    if uuid is None or lib.nvmlDeviceGetHandleByUUID(f"GPU-{uuid}".encode(), ctypes.byref(handle)) != 0:
+        return None
+    sm, mem, temp, power, pstate = (ctypes.c_uint() for _ in range(5))
+    ok = (
+        lib.nvmlDeviceGetClockInfo(handle, 1, ctypes.byref(sm)) == 0  # NVML_CLOCK_SM
+        and lib.nvmlDeviceGetClockInfo(handle, 2, ctypes.byref(mem)) == 0  # NVML_CLOCK_MEM
+    )
+    if not ok:
+        return None
+    out = {"sm_mhz": str(sm.value), "mem_mhz": str(mem.value)}
+    if lib.nvmlDeviceGetTemperature(handle, 0, ctypes.byref(temp)) == 0:  # NVML_TEMPERATURE_GPU
+        out["temp_c"] = str(temp.value)
+    if lib.nvmlDeviceGetPowerUsage(handle, ctypes.byref(power)) == 0:  # milliwatts
+        out["power_w"] = f"{power.value / 1000:.2f}"
+    if lib.nvmlDeviceGetPerformanceState(handle, ctypes.byref(pstate)) == 0:
+        out["pstate"] = f"P{pstate.value}"
+    return out
+
+
 def clocks(device: str) -> dict | None:
-    """SM and memory clocks (MHz), temperature and power of a CUDA device, or None."""
+    """SM and memory clocks (MHz), temperature, power and P-state of a CUDA device, or None.
+
+    Read in-process through NVML (call it inside the GPU lock: NVML queries are calls into the
+    GPU's resource manager, which serialises them with every other process's); ``nvidia-smi``
+    where NVML cannot be loaded.
+    """
     if not device.startswith("cuda"):
         return None
+    try:
+        got = _nvml_clocks(device)
+    except Exception:  # noqa: BLE001 - provenance is best effort
+        got = None
+    if got:
+        return got
     index = int(device.split(":")[1]) if ":" in device else 0
     vals = _nvidia_smi("clocks.sm,clocks.mem,temperature.gpu,power.draw,pstate", index)
     if not vals or len(vals) < 5:
         return None
     keys = ("sm_mhz", "mem_mhz", "temp_c", "power_w", "pstate")
     return dict(zip(keys, vals))
+
+
+def driver_version(proc_file: str = "/proc/driver/nvidia/version") -> str | None:
+    """The NVIDIA kernel driver's version, from /proc (no call into the driver)."""
+    import re
+
+    try:
+        text = open(proc_file).read()
+    except OSError:
+        return None
+    m = re.search(r"Kernel Module(?:\s+for\s+\S+)?\s+([0-9][0-9.]+)", text)
+    return m.group(1) if m else None
 
 
 def environment(device: str) -> dict:
@@ -51,15 +127,19 @@ def environment(device: str) -> dict:
         "device": device,
         "platform": platform.platform(),
     }
-    if device.startswith("cuda") and torch.cuda.is_available():
+    # Only where CUDA already runs (started inside the GPU lock): asking would otherwise start
+    # the driver here, outside it.
+    if device.startswith("cuda") and torch.cuda.is_initialized():
         index = int(device.split(":")[1]) if ":" in device else 0
         props = torch.cuda.get_device_properties(index)
         info["gpu"] = props.name
         info["sm_count"] = props.multi_processor_count
         info["capability"] = f"{props.major}.{props.minor}"
         info["gpu_memory_gib"] = round(props.total_memory / 2**30, 1)
-        smi = _nvidia_smi("driver_version", index)
-        info["driver"] = smi[0] if smi else None
+        info["driver"] = driver_version()
+        if info["driver"] is None:
+            smi = _nvidia_smi("driver_version", index)
+            info["driver"] = smi[0] if smi else None
     else:
         info["gpu"] = None
         info["driver"] = None

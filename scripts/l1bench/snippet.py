@@ -110,8 +110,9 @@ def set_seed(seed: int) -> None:
     import torch
 
     torch.manual_seed(seed)
-    if torch.cuda.is_available():
-        torch.cuda.manual_seed(seed)
+    # queued until CUDA starts when it has not (asking is_available() would start the driver
+    # outside the GPU lock)
+    torch.cuda.manual_seed(seed)
     random.seed(seed)
 
 

@@ -389,20 +389,57 @@ def phase(stats: dict, name: str):
         phases[name] = round(phases.get(name, 0.0) + time.perf_counter() - t0, 4)
 
 
-def init_cuda_outside_lock(device: str, stats: dict) -> None:
-    """Create the CUDA context and the cuBLAS handle before taking the lock: seconds of
-    driver and library set-up that run no kernel and need not hold the GPU."""
-    if not device.startswith("cuda"):
-        return
+def open_device(device: str, stats: dict) -> None:
+    """Start CUDA on ``device``, inside the GPU lock: the driver (cuInit), the context and the
+    cuBLAS handle. They run no kernel, but they are calls into the GPU's resource manager,
+    which serialises every process's calls: made outside the lock, they delayed the device
+    allocations in other jobs' timed calls (the first timed pair of an outer trial allocates
+    its outputs). Inside the lock the thread runs on the timing CPU: ~0.1 s. A no-op once
+    CUDA is running."""
     import torch
 
-    with phase(stats, "cuda_init (unlocked)"):
-        torch.cuda.init()
-        torch.empty(1, device=device)
+    if not device.startswith("cuda") or "cuda_started" in stats:
+        return
+    if torch.cuda.is_initialized():  # by the snippets' own code (at import, in __init__)
+        stats["cuda_started"] = "before the first GPU section"
+        return
+    stats["cuda_started"] = "inside the GPU lock"
+    with phase(stats, "cuda_init (locked)"):
+        index = int(device.split(":")[1]) if ":" in device else 0
+        try:
+            torch.cuda.set_device(index)
+            torch.empty(1, device=device)
+        except Exception as err:  # noqa: BLE001 - no usable device: the run broke, not the task
+            raise InfraError(f"CUDA could not start on {device}: {short(err, 200)}") from err
         try:
             torch.cuda.current_blas_handle()
         except Exception:  # noqa: BLE001 - only a warm-up
             pass
+
+
+def exit_holding_the_lock(job: dict) -> None:
+    """End this process while holding the GPU lock, so that the driver's tear-down of its
+    context (resource-manager calls, like its creation) cannot overlap another job's timed
+    calls: the lock's file descriptor is moved above every other, and a process's files are
+    closed in ascending order as it exits, the driver's before the lock's."""
+    import torch
+
+    device = job.get("device", "cpu")
+    if not device.startswith("cuda") or not torch.cuda.is_initialized():
+        return
+    lock = gpulock.device_lock(device, job.get("lock_dir"), {})
+    lock.__enter__()
+    try:
+        os.dup2(lock.fileno(), HIGH_FD)
+    except OSError:
+        pass
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
+
+
+#: The file descriptor the lock is held on while the process exits (closed last).
+HIGH_FD = 1000
 
 
 @contextlib.contextmanager
@@ -421,6 +458,7 @@ def exclusive(device: str, job: dict, stats: dict):
 
     sync = (lambda: torch.cuda.synchronize(device)) if device.startswith("cuda") else None
     with gpulock.device_lock(device, job.get("lock_dir"), stats, before_pause=sync), torch.no_grad():
+        open_device(device, stats)
         # No garbage collection inside a section: a full collection over torch's own objects
         # (milliseconds) would otherwise land in a timed call now and then.
         collecting = gc.isenabled()
@@ -550,7 +588,6 @@ def do_check(job: dict, meta: dict, snippets: dict) -> dict:
     # would still call the original's layers, left on the CPU).
     warm_cpu = construct(Model, init_inputs, seed)
     first, second = builder.prepare(seed), builder.prepare(seed)
-    init_cuda_outside_lock(device, stats)
     with exclusive(device, job, stats):
         with phase(stats, "reference warm-up"):
             run_reference_warmup(warm_cpu, get_inputs, device, p)
@@ -728,7 +765,6 @@ def do_time(job: dict, meta: dict, snippets: dict) -> dict:
     stats["construct"] = builder.probe_note
     set_seed(p["seed"])
     pending = {"warmup": construct(Ref, to_device(get_init_inputs(), device), p["seed"])}
-    init_cuda_outside_lock(device, stats)
 
     @contextlib.contextmanager
     def gpu_section():
@@ -756,7 +792,13 @@ def do_time(job: dict, meta: dict, snippets: dict) -> dict:
             base(*inputs)
             del base, base_cpu, inputs
     stats["precompile_s"] = round(time.perf_counter() - t_setup, 3)
-    clocks_before = provenance.clocks(device)
+    # SM/memory clocks around the timing, read inside the sections (in-process NVML calls are
+    # resource-manager calls too): at the start of the first timed section, at the end of each
+    clocks = {"before": None, "after": None}
+
+    def read_clocks(when: str) -> None:
+        if when == "after" or clocks["before"] is None:
+            clocks[when] = provenance.clocks(device)
 
     if job["protocol"] == "strict":
         from l1bench import detectors, strict
@@ -767,6 +809,7 @@ def do_time(job: dict, meta: dict, snippets: dict) -> dict:
         base_cpu, init_inputs = baseline_on_cpu(p["seed"])
         custom_cpu = builder.prepare(p["seed"], init_inputs)
         with gpu_section(), phase(stats, "strict"):
+            read_clocks("before")
             base, custom = on_device(base_cpu, custom_cpu, p["seed"], init_inputs)
             warm_up(base, custom, make_inputs(get_inputs, device, on_dev), p["warmup"], device)
             with guarded("strict timing", "runtime_error"), gpulock.DeviceLock.no_pause():
@@ -778,6 +821,7 @@ def do_time(job: dict, meta: dict, snippets: dict) -> dict:
                     job["strict"],
                     global_state=global_state,
                 )
+            read_clocks("after")
         return result(
             job,
             "ok",
@@ -786,8 +830,8 @@ def do_time(job: dict, meta: dict, snippets: dict) -> dict:
             strict=st,
             flags=st.get("flags", []),
             n_timings=st.get("n", 0),
-            clocks_before=clocks_before,
-            clocks_after=provenance.clocks(device),
+            clocks_before=clocks["before"],
+            clocks_after=clocks["after"],
             **stats,
         )
 
@@ -818,6 +862,7 @@ def do_time(job: dict, meta: dict, snippets: dict) -> dict:
         base_cpu, init_inputs = baseline_on_cpu(seed)
         custom_cpu = builder.prepare(seed, init_inputs)
         with gpu_section():
+            read_clocks("before")
             base, custom, streams, warm_inputs = placed(base_cpu, custom_cpu, seed, init_inputs)
             with phase(stats, "warm-up calls"):
                 warm_up(base, custom, warm_inputs, p["warmup"], device)
@@ -834,6 +879,7 @@ def do_time(job: dict, meta: dict, snippets: dict) -> dict:
                     outer,
                     clock,
                 )
+            read_clocks("after")
             del base, custom, base_cpu, custom_cpu, warm_inputs
         trial_score = statistics.fmean(ref_ms) / statistics.fmean(cus_ms)
         timings["ref_ms"].append([round(v, 5) for v in ref_ms])
@@ -842,7 +888,6 @@ def do_time(job: dict, meta: dict, snippets: dict) -> dict:
         if p.get("early_stop_below") is not None and trial_score < p["early_stop_below"]:
             break
     clock.close()
-    clocks_after = provenance.clocks(device)
     if mode in COMPILE_MODES:
         stats["compiled_graphs"] = _COMPILED_GRAPHS[0]
     scores = timings["trial_scores"]
@@ -856,8 +901,8 @@ def do_time(job: dict, meta: dict, snippets: dict) -> dict:
         n_timings=sum(len(r) for r in timings["ref_ms"]),
         ref_ms_mean=statistics.fmean(v for r in timings["ref_ms"] for v in r),
         custom_ms_mean=statistics.fmean(v for r in timings["custom_ms"] for v in r),
-        clocks_before=clocks_before,
-        clocks_after=clocks_after,
+        clocks_before=clocks["before"],
+        clocks_after=clocks["after"],
         host_timing=ledger.summary(),
         **timings,
         **stats,
@@ -870,19 +915,16 @@ KINDS = {"build": do_build, "check": do_check, "time": do_time}
 
 
 def pick_device(job: dict) -> str:
-    """``cpu`` for the demo; else one CUDA device chosen stably from the job's identity."""
+    """``cpu`` for the demo; else one CUDA device chosen stably from the job's identity,
+    without starting CUDA (that happens inside the GPU lock: :func:`open_device`)."""
     if job["backend"] == "cpu":
         return "cpu"
-    import torch
-
-    if not torch.cuda.is_available():
+    n = gpulock.visible_gpu_count()
+    if n < 1:
         raise InfraError("no CUDA device is visible to the worker")
-    n = torch.cuda.device_count()
     key = sum(map(ord, f"{job['tid']}/{job.get('mode', '')}"))
     index = key % n
     gpulock.reserve_timing_cpus(n, index)  # before CUDA starts its threads
-    if n > 1:  # set_device initialises CUDA; with one GPU there is nothing to choose
-        torch.cuda.set_device(index)
     return f"cuda:{index}"
 
 
@@ -1057,9 +1099,7 @@ def run(job: dict) -> dict:
     if job["kind"] == "build":
         job["device"] = "cpu"
         if job["backend"] != "cpu":  # builds (nvcc) keep clear of the timing CPUs
-            import torch
-
-            gpulock.reserve_timing_cpus(torch.cuda.device_count(), None)
+            gpulock.reserve_timing_cpus(gpulock.visible_gpu_count(), None)
     else:
         job["device"] = pick_device(job)
     try:
@@ -1100,7 +1140,13 @@ def main(argv: list[str]) -> int:
         print(f"l1bench worker: infrastructure failure: {err}", file=sys.stderr)
         return EXIT_INFRA
     atomic_write_text(out_path, json.dumps(res, indent=1, sort_keys=True, default=str) + "\n")
+    if os.environ.get(EXIT_LOCKED_ENV, "1") != "0":
+        exit_holding_the_lock(job)
     return 0
+
+
+#: Environment switch: "0" lets a worker exit without taking the GPU lock for its tear-down.
+EXIT_LOCKED_ENV = "L1BENCH_EXIT_LOCKED"
 
 
 if __name__ == "__main__":
