@@ -154,6 +154,15 @@ def test_releasing_the_lock_moves_threads_started_in_the_section_off_the_timing_
     # every thread that may run on the timing CPU is moved off it, the new one included
     assert masks[0] == masks[101] == masks[102] == set(range(15))
     assert gpulock.unpin_threads(15, set(range(15))) == 0  # nothing left there
+    # ... and, on request, inside the section: all but the calling thread
+    import threading
+
+    me = threading.get_native_id()
+    masks[me] = set(range(16))
+    monkeypatch.setattr(os, "listdir", lambda path: ["101", "102", str(me)] if path == "/proc/self/task" else [])
+    with gpulock.device_lock("cpu", tmp_path) as lock:
+        masks[101] = {15}  # a driver thread started by the pinned thread
+        assert lock.move_other_threads_off() == 1 and masks[101] == set(range(15))
 
 
 def test_the_device_is_synchronised_before_the_lock_is_paused(tmp_path):

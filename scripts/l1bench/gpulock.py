@@ -137,11 +137,12 @@ def _set_process_affinity(cpus: set[int]) -> None:
             os.sched_setaffinity(tid, cpus)
 
 
-def unpin_threads(cpu, restore: set[int], task_dir: str = "/proc/self/task") -> int:
+def unpin_threads(cpu, restore: set[int], task_dir: str = "/proc/self/task", keep: int | None = None) -> int:
     """Move every thread of this process that may run on ``cpu`` (the timing CPU) onto
-    ``restore``; returns how many were moved. Called as the lock is released: a thread started
-    by the lock holder inherits its single-CPU mask and would otherwise keep running on the
-    timing CPU after the section, into the next holder's timed calls."""
+    ``restore``, except the thread ``keep``; returns how many were moved. Called as the lock is
+    released: a thread started by the lock holder inherits its single-CPU mask and would
+    otherwise keep running on the timing CPU after the section, into the next holder's timed
+    calls. Also right after the lock holder started CUDA (the driver's own threads)."""
     try:
         cpu = int(cpu)
         tids = [int(t) for t in os.listdir(task_dir)]
@@ -149,6 +150,8 @@ def unpin_threads(cpu, restore: set[int], task_dir: str = "/proc/self/task") -> 
         return 0
     moved = 0
     for tid in tids:
+        if tid == keep:
+            continue
         try:
             if cpu in os.sched_getaffinity(tid):
                 os.sched_setaffinity(tid, restore)
@@ -370,6 +373,15 @@ class DeviceLock:
         fcntl.flock(self._fh, fcntl.LOCK_UN)
         _report(self.stats.get("lock_wait_s", 0.0), None)
         self.stats["lock_held_s"] = self.stats.get("lock_held_s", 0.0) + held
+
+    def move_other_threads_off(self) -> int:
+        """Move the threads this process started while holding the lock (all but the calling
+        one) off the timing CPU now, not only at release."""
+        if self._restore is None:
+            return 0
+        import threading
+
+        return unpin_threads(os.environ.get(TIMING_CPU_ENV, ""), self._restore, keep=threading.get_native_id())
 
     def fileno(self) -> int:
         """The lock file's descriptor (while held)."""
