@@ -759,3 +759,23 @@ def test_report_findings_name_what_holds_what_does_not_and_what_fails(tree):
     assert "Tasks that fail the checks" not in text  # every check passed in this tree
     assert "## Findings" in agg.render_report(df, {}, [], {})
     assert agg.render_findings(df.iloc[0:0]) == []
+
+
+def test_tables_say_how_many_scores_are_from_the_old_timing_design():
+    import pandas as pd
+
+    from l1bench import aggregate
+
+    df = pd.DataFrame(
+        {
+            "status": ["ok", "ok", "ok", "incorrect"],
+            "timing_design": [1, 3, 3, None],
+        }
+    )
+    assert aggregate.timing_design_counts(df) == {1: 1, 3: 2}
+    line = aggregate.timing_design_lines(df)[0]
+    assert "1 of 3 scores are still from it" in line and "design 3: 2" in line
+    assert "still" not in aggregate.timing_design_lines(df[df["timing_design"] != 1])[0]
+    # a time result without the field was made before it existed: design 1
+    row = aggregate._row("L1_T001", "default", "paper", {"level": 1, "task": 1}, {}, {"status": "ok", "score": 1.0})
+    assert row["timing_design"] == 1

@@ -112,6 +112,8 @@ COLUMNS = [
     # without the pairs that hold one (the measured score itself is the harness's, unchanged)
     "stalled_calls",
     "score_without_stalls",
+    # how timed sections were kept clean (worker.TIMING_DESIGN; 1 = before the isolation work)
+    "timing_design",
 ]
 
 NA = "–"  # shown for a missing number
@@ -344,6 +346,7 @@ def _row(tid, mode, proto, meta: dict, check: dict, t: dict | None) -> dict:
         "python": prov.get("python"),
         "stalled_calls": stall["stalled_calls"] if stall else None,
         "score_without_stalls": _num(stall["score_without"]) if stall and stall["stalled_calls"] else math.nan,
+        "timing_design": (t.get("timing_design") or 1) if status == "ok" else None,
     }
 
 
@@ -649,6 +652,31 @@ def _flag_table(df) -> str:
     return md_table(rows, headers, ["left"] + ["right"] * (len(headers) - 1))
 
 
+def timing_design_counts(df) -> dict:
+    """{design: measured results} over the scored time results (``timing_design`` column)."""
+    if "timing_design" not in df:
+        return {}
+    designs = df.loc[df["status"] == "ok", "timing_design"].dropna().astype(int)
+    return {int(k): int(v) for k, v in designs.value_counts().sort_index().items()}
+
+
+def timing_design_lines(df) -> list[str]:
+    """Say how many scores were timed before the timing-isolation work (design 1), when any were."""
+    counts = timing_design_counts(df)
+    if not counts:
+        return []
+    old = counts.get(1, 0)
+    parts = ", ".join(f"design {k}: {v}" for k, v in counts.items())
+    return [
+        f"Measured scores by the timing design that made them ({parts}). Design 1 is the design before "
+        "the timing-isolation work: other jobs' start-up, driver calls and threads could reach its timed "
+        f"calls; **{old} of {sum(counts.values())} scores are still from it** until they are timed again "
+        "(`timing_design` in scores.csv; RUN_NOTES says what each design changed)."
+        if old
+        else f"Measured scores by the timing design that made them ({parts}).",
+    ]
+
+
 def render_summary_markdown(df) -> str:
     """Per protocol and mode: published next to measured, per level and overall."""
     lines = ["# Summary: measured vs published speedups", ""]
@@ -692,6 +720,9 @@ def render_summary_markdown(df) -> str:
             stall_table,
             "",
         ]
+    design_lines = timing_design_lines(df)
+    if design_lines:
+        lines += ["### Timing design", "", *design_lines, ""]
     levels = _levels(df)
     for proto in _protocols(df):
         lines += [f"## Protocol: {proto}", ""]

@@ -421,31 +421,6 @@ def open_device(device: str, stats: dict) -> None:
         stats["driver_threads_moved"] = lock.move_other_threads_off() if lock is not None else 0
 
 
-def exit_holding_the_lock(job: dict) -> None:
-    """End this process while holding the GPU lock, so that the driver's tear-down of its
-    context (resource-manager calls, like its creation) cannot overlap another job's timed
-    calls: the lock's file descriptor is moved above every other, and a process's files are
-    closed in ascending order as it exits, the driver's before the lock's."""
-    import torch
-
-    device = job.get("device", "cpu")
-    if not device.startswith("cuda") or not torch.cuda.is_initialized():
-        return
-    lock = gpulock.device_lock(device, job.get("lock_dir"), {})
-    lock.__enter__()
-    try:
-        os.dup2(lock.fileno(), HIGH_FD)
-    except OSError:
-        pass
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(0)
-
-
-#: The file descriptor the lock is held on while the process exits (closed last).
-HIGH_FD = 1000
-
-
 @contextlib.contextmanager
 def exclusive(device: str, job: dict, stats: dict):
     """The device lock, under no_grad; the device is synchronised and cached device memory
@@ -1081,10 +1056,11 @@ def release_lock_during_extension_builds() -> None:
 #:    timed again (hostclock); results/isolation/design2.
 #: 2 (second iteration, recorded as 2: worker.py sha256 prefix in ``workflow_code`` tells them
 #:    apart): also every call into the GPU's resource manager inside the lock (CUDA started in
-#:    the first section, the context torn down while exiting with the lock held, clocks by
-#:    in-process NVML inside sections, no nvidia-smi or driver start outside);
-#:    results/isolation/{c1,c2}.
-#: 3: also the driver's threads moved off the timing CPU as soon as CUDA has started.
+#:    the first section, clocks by in-process NVML inside sections, no nvidia-smi or driver
+#:    start outside) and workers exiting with the lock held; results/isolation/{c1,c2}.
+#: 3: the driver's threads moved off the timing CPU as soon as CUDA has started; workers exit
+#:    without the lock again (scripts/bench_handover.py: the tear-down did not delay the next
+#:    holder's first allocation less with it held).
 TIMING_DESIGN = 3
 
 
@@ -1151,13 +1127,7 @@ def main(argv: list[str]) -> int:
         print(f"l1bench worker: infrastructure failure: {err}", file=sys.stderr)
         return EXIT_INFRA
     atomic_write_text(out_path, json.dumps(res, indent=1, sort_keys=True, default=str) + "\n")
-    if os.environ.get(EXIT_LOCKED_ENV, "1") != "0":
-        exit_holding_the_lock(job)
     return 0
-
-
-#: Environment switch: "0" lets a worker exit without taking the GPU lock for its tear-down.
-EXIT_LOCKED_ENV = "L1BENCH_EXIT_LOCKED"
 
 
 if __name__ == "__main__":
