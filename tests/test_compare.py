@@ -82,6 +82,7 @@ def test_run_to_run_reports_median_max_and_separates_early_stops(tmp_path):
     assert (rr["n_full"], rr["max_full"]) == (2, pytest.approx(0.1))
     text = compare.render_run_to_run(rr, "a", "b")
     assert text.index("L1_T003") < text.index("L1_T001")  # largest difference first
+    assert rr["within"] == 2 and "within ±15 %: **2 of 3**" in text
 
 
 def test_run_to_run_without_stalled_pairs(tmp_path):
@@ -97,6 +98,8 @@ def test_run_to_run_without_stalled_pairs(tmp_path):
     assert row["rel_diff_without_stalls"] == pytest.approx(0.0, abs=1e-9)
     assert rr["max_without_stalls"] == pytest.approx(0.0, abs=1e-9)
     assert "without the timed pairs holding a call stalled" in compare.render_run_to_run(rr, "a", "b")
+    # 1 of the first run's 10 timed calls stalled (100 per 1000), none of the second's 70
+    assert rr["stalled_per_1000"] == [pytest.approx(100.0), 0.0]
 
 
 def test_cli_reports_a_bad_task_file_in_one_line(tmp_path, capsys):

@@ -158,7 +158,7 @@ def _time_results(root, protocol: str, mode: str) -> dict[str, dict]:
     return out
 
 
-def run_to_run(first_root, second_root, mode: str = "default", protocol: str = "paper") -> dict:
+def run_to_run(first_root, second_root, mode: str = "default", protocol: str = "paper", tol: float = 0.15) -> dict:
     """Scores of the tasks timed in both result folders, and their relative differences
     (|second − first| / first). ``early_stopped`` marks a result cut short by the paper
     protocol's early stop (one outer trial below the threshold decides the score)."""
@@ -182,7 +182,11 @@ def run_to_run(first_root, second_root, mode: str = "default", protocol: str = "
     diffs = [r["rel_diff"] for r in rows]
     full = [r["rel_diff"] for r in rows if not r["early_stopped"]]
     clean = [r["rel_diff_without_stalls"] for r in rows]
+    rates = [stalls.per_1000(stalls.stall_rate(res.values())) for res in (a, b)]
     return {
+        "tol": tol,
+        "within": sum(d <= tol for d in diffs),
+        "stalled_per_1000": rates,
         "median_without_stalls": statistics.median(clean) if clean else None,
         "max_without_stalls": max(clean) if clean else None,
         "mode": mode,
@@ -206,6 +210,9 @@ def render_run_to_run(rr: dict, first_label: str, second_label: str) -> str:
         "|second − first| / first.",
         "",
         f"* all {rr['n']}: median **{pct(rr['median'])}**, max **{pct(rr['max'])}**",
+        f"* within ±{100 * rr.get('tol', 0.15):.0f} %: **{rr.get('within', 0)} of {rr['n']}**",
+        "* timed calls stalled by the host (`l1bench.stalls`) per 1000: first "
+        + ", second ".join(f"{x:.2f}" for x in rr.get("stalled_per_1000") or [0.0, 0.0]),
         f"* the {rr['n_full']} whose two results ran all outer trials: median {pct(rr['median_full'])}, "
         f"max {pct(rr['max_full'])}",
         f"* all {rr['n']}, each score taken without the timed pairs holding a call stalled by the host "
