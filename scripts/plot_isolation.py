@@ -1,0 +1,74 @@
+"""The figure behind the timing-isolation design (results/isolation/figures/isolation.png).
+
+Left: latency of a timed call that allocates device memory (as the first timed pair of every
+outer trial does) while other processes do one thing a workflow job does outside the GPU lock
+(scripts/bench_stalls.py, ``alloc``: median and 99th percentile). Right: two concurrent runs of
+the same 53 tasks agree within ±15 % for how many tasks, and how many timed calls per 1000 were
+stalled, per design (results/isolation/**, compared as scripts/l1bench/compare.py does).
+
+    python scripts/plot_isolation.py
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "scripts"))
+
+from l1bench import compare  # noqa: E402
+
+BENCH = ROOT / "results/h100/bench/stalls-alloc-h200.json"
+RUNS = {  # label: (first, second) results trees
+    "design 2\nconcurrent": ("results/isolation/design2/c1/h100", "results/isolation/design2/c2/h100"),
+    "design 3\nconcurrent": ("results/isolation/c1/h100", "results/isolation/c2/h100"),
+    "design 3 vs\none at a time": ("results/isolation/c1/h100", "results/isolation/design2/s1/h100"),
+}
+
+
+def main(out: Path = ROOT / "results/isolation/figures/isolation.png") -> Path:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    bench = json.loads(BENCH.read_text())["phases"]
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(12, 4.2), gridspec_kw={"width_ratios": [1.4, 1]})
+    names = [p["activity"].replace(" (system isolated)", "\n(isolated)") for p in bench]
+    med = [p["alloc"]["median_ms"] for p in bench]
+    p99 = [p["alloc"]["p99_ms"] for p in bench]
+    x = range(len(bench))
+    ax1.bar([i - 0.2 for i in x], med, 0.4, label="median")
+    ax1.bar([i + 0.2 for i in x], p99, 0.4, label="99th percentile")
+    ax1.set_yscale("log")
+    ax1.set_xticks(list(x), names, rotation=35, ha="right", fontsize=8)
+    ax1.set_ylabel("timed call with a device allocation (ms)")
+    ax1.set_title("Other processes' calls into the GPU driver delay\na timed call that calls into it (H200)", fontsize=10)
+    ax1.legend(fontsize=8)
+    labels, within, stalled = [], [], []
+    for label, (a, b) in RUNS.items():
+        rr = compare.run_to_run(ROOT / a, ROOT / b)
+        labels.append(label)
+        within.append(100 * rr["within"] / rr["n"])
+        stalled.append(rr["stalled_per_1000"])
+    bars = ax2.bar(range(len(labels)), within, color="tab:green")
+    ax2.axhline(90, color="grey", ls="--", lw=1)
+    ax2.set_ylim(0, 100)
+    ax2.set_xticks(range(len(labels)), labels, fontsize=8)
+    ax2.set_ylabel("tasks within ±15 % of the other run (%)")
+    ax2.set_title("Two runs of 53 tasks (default mode, paper protocol)", fontsize=10)
+    for bar, s in zip(bars, stalled):
+        ax2.text(bar.get_x() + bar.get_width() / 2, bar.get_height() + 1,
+                 f"stalled per 1000:\n{s[0]:.2f} and {s[1]:.2f}", ha="center", fontsize=8)
+    fig.tight_layout()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_suffix(".tmp.png")
+    fig.savefig(tmp, dpi=110)
+    tmp.replace(out)
+    return out
+
+
+if __name__ == "__main__":
+    print(main())
