@@ -1,0 +1,45 @@
+"""Benchmark scripts and run helpers, on the CPU (their numbers are not tested, only that they
+measure and report what they say)."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.skipif(len(__import__("os").sched_getaffinity(0)) < 2, reason="needs two CPUs")
+def test_bench_stalls_times_calls_under_each_activity(tmp_path):
+    out = tmp_path / "b.json"
+    cmd = [sys.executable, str(ROOT / "scripts/bench_stalls.py"), "--cpu", "--seconds", "0.5", "--ramp", "0.3",
+           "--activities", "idle", "cpu_python", "--json", str(out)]
+    subprocess.run(cmd, check=True, capture_output=True, timeout=120)
+    res = json.loads(out.read_text())
+    phases = {p["activity"]: p for p in res["phases"]}
+    assert set(phases) == {"idle", "cpu_python"}
+    for p in phases.values():
+        assert p["tiny"]["calls"] > 0 and "stalled_per_1000" in p["tiny"] and "causes" in p["tiny"]
+        assert "alloc" in p and "timing_cpu_jiffies" in p
+    assert phases["cpu_python"]["interferer_iterations"]["cpu_python"] > 0  # the interferers ran
+    assert phases["idle"]["interferers"] == {}
+
+
+def test_retime_prepare_copies_a_task_lists_build_and_check_results(tmp_path):
+    from l1bench import retime
+
+    src, dest, ext_from = tmp_path / "src", tmp_path / "dest", tmp_path / "other"
+    for stage in ("build", "check"):
+        (src / stage).mkdir(parents=True)
+        for tid in ("L1_T001", "L1_T002"):
+            (src / stage / f"{tid}.json").write_text("{}")
+    (src / "reference_scan.json").write_text("{}")
+    (ext_from / "build/ext/L1_T001/mod").mkdir(parents=True)
+    (ext_from / "build/ext/L1_T001/mod/mod.so").write_text("x")
+    counts = retime.prepare(src, dest, ["L1_T001"], ext_from)
+    assert counts == {"build": 1, "check": 1, "ext": 1}
+    assert (dest / "check/L1_T001.json").exists() and not (dest / "check/L1_T002.json").exists()
+    assert (dest / "reference_scan.json").exists() and (dest / "build/ext/L1_T001/mod/mod.so").read_text() == "x"
+    assert retime.prepare(src, dest, ["L1_T001"], ext_from) == {"build": 0, "check": 0, "ext": 0}  # kept
