@@ -4,6 +4,7 @@ pairs, nothing of a job on the GPU or the timing CPU outside its lock (CPU only)
 import os
 import random
 import threading
+import time
 
 import pytest
 
@@ -241,11 +242,12 @@ def test_isolate_system_moves_what_can_move(monkeypatch, tmp_path):
 def test_the_worker_picks_its_gpu_without_starting_cuda(monkeypatch):
     import torch
 
-    monkeypatch.setattr(gpulock, "visible_gpu_count", lambda: 2)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2,5")
     monkeypatch.setattr(gpulock, "reserve_timing_cpus", lambda n, i: None)
-    device = worker.pick_device({"backend": "cuda", "tid": "L1_T001", "mode": "default"})
-    assert device in ("cuda:0", "cuda:1") and not torch.cuda.is_initialized()
-    monkeypatch.setattr(gpulock, "visible_gpu_count", lambda: 0)
+    job = {"backend": "cuda", "tid": "L1_T001", "mode": "default"}
+    assert worker.pick_device(job) == "cuda:0" and job["gpu_ids"] == ["2", "5"]
+    assert not torch.cuda.is_initialized()  # placed at the first section, where CUDA starts
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
     with pytest.raises(worker.InfraError):
         worker.pick_device({"backend": "cuda", "tid": "L1_T001"})
 
@@ -280,3 +282,52 @@ def test_seeding_does_not_start_the_driver(monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: asked.append(1) or False)
     snippet.set_seed(3)
     assert not asked and not torch.cuda.is_initialized()
+
+
+def test_placement_takes_any_free_gpu_so_none_idles_while_jobs_wait(tmp_path):
+    """Three GPUs, five jobs of uneven length: the first three get three different GPUs at
+    once; the fourth waits only while all three are busy and takes whichever frees first."""
+    gpus = [f"cuda:{i}" for i in range(3)]
+    got, released = {}, {i: threading.Event() for i in range(5)}
+    holding = []
+
+    def job(n):
+        index, lock = gpulock.claim_free_device(gpus, tmp_path, {}, poll_s=0.001)
+        got[n] = index
+        holding.append(n)
+        released[n].wait(10)
+        holding.remove(n)
+        lock.__exit__(None, None, None)
+
+    threads = [threading.Thread(target=job, args=(n,)) for n in range(5)]
+    for t in threads[:3]:
+        t.start()
+    deadline = time.monotonic() + 10
+    while len(got) < 3 and time.monotonic() < deadline:
+        time.sleep(0.001)
+    assert sorted(got.values()) == [0, 1, 2]  # three jobs, three GPUs: none shares while one idles
+    threads[3].start()
+    time.sleep(0.05)
+    assert 3 not in got  # every GPU busy: it waits
+    second = next(n for n, i in got.items() if i == 1)
+    released[second].set()  # the GPU of index 1 frees first (not the one a hash would pick)
+    while 3 not in got and time.monotonic() < deadline:
+        time.sleep(0.001)
+    assert got[3] == 1
+    threads[4].start()
+    for n in range(5):
+        released[n].set()
+    for t in threads:
+        t.join(10)
+    assert len(got) == 5 and not holding
+
+
+def test_the_first_section_places_the_job_on_a_free_gpu_and_shows_it_only_that_one(tmp_path, monkeypatch):
+    """Later sections lock ``job["lock_device"]``, the same GPU (its models are there)."""
+    monkeypatch.setattr(gpulock, "timing_cpu_of", lambda i: None)
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)  # restored afterwards
+    job = {"gpu_ids": ["0", "1"], "lock_dir": str(tmp_path)}
+    with gpulock.device_lock("cuda:0", tmp_path):  # GPU 0 busy: the job is placed on GPU 1
+        lock = worker.claim_gpu(job, {}, None)
+    assert job["lock_device"] == "cuda:1" and os.environ.get("CUDA_VISIBLE_DEVICES") == "1"
+    lock.__exit__(None, None, None)

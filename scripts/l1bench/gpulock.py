@@ -35,6 +35,10 @@ TIMING_CPU_ENV = "L1BENCH_TIMING_CPU"
 RESERVED_ENV = "L1BENCH_TIMING_CPUS"
 
 
+#: Timing CPUs of the visible devices, in device order, as :func:`reserve_timing_cpus` planned them.
+_TIMING_PLAN: list[int] = []
+
+
 def core_plan(cpus, n_devices: int, min_cpus: int = 4, siblings=None) -> tuple[list[int], set[int]]:
     """(timing CPU of each device's lock, CPUs for everything else).
 
@@ -86,6 +90,7 @@ def reserve_timing_cpus(n_devices: int, device_index: int | None) -> int | None:
     timing, rest = reserved_plan(os.sched_getaffinity(0)) or core_plan(os.sched_getaffinity(0), n_devices)
     if not timing or not rest:
         return None
+    _TIMING_PLAN[:] = timing
     _set_process_affinity(rest)
     if device_index is None or device_index >= len(timing):
         return None
@@ -343,7 +348,9 @@ class DeviceLock:
     def __init__(self, device: str, lock_dir=None, stats: dict | None = None, before_pause=None):
         lock_dir = Path(lock_dir) if lock_dir else default_lock_dir()
         lock_dir.mkdir(parents=True, exist_ok=True)
-        name = "cpu" if device == "cpu" else "gpu" + (device.split(":")[1] if ":" in device else "0")
+        gpu = device.split(":", 1)[1] if ":" in device else "0"
+        name = "cpu" if device == "cpu" else "gpu" + "".join(c if c.isalnum() else "-" for c in gpu)
+        self.device = device
         self.path = lock_dir / f"l1bench-{name}.lock"
         self.stats = {} if stats is None else stats
         self._fh = None
@@ -355,11 +362,30 @@ class DeviceLock:
         t0 = time.perf_counter()
         _report(self.stats.get("lock_wait_s", 0.0), time.time())
         fcntl.flock(self._fh, fcntl.LOCK_EX)
+        self._took(t0)
+
+    def _took(self, t0: float) -> None:
+        """Bookkeeping once the flock is held (waited since ``t0``)."""
         self._since = time.perf_counter()
         self.stats["lock_wait_s"] = self.stats.get("lock_wait_s", 0.0) + (self._since - t0)
         _report(self.stats["lock_wait_s"], None, time.time())
         self._restore = _pin_to_timing_cpu()
         DeviceLock.current = self
+
+    def try_enter(self) -> bool:
+        """Take the lock if it is free now (then as :meth:`__enter__`); False if it is held."""
+        fh = open(self.path, "a+")
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            fh.close()
+            return False
+        except BaseException:
+            fh.close()
+            raise
+        self._fh = fh
+        self._took(time.perf_counter())
+        return True
 
     def _release(self) -> None:
         DeviceLock.current = None
@@ -444,3 +470,46 @@ def device_lock(
 ) -> DeviceLock:
     """The exclusive lock of ``device`` (a context manager; see :class:`DeviceLock`)."""
     return DeviceLock(device, lock_dir, stats, before_pause)
+
+
+def claim_free_device(
+    devices: list[str], lock_dir=None, stats: dict | None = None, before_pause=None, timing_cpus=None,
+    poll_s: float = 0.005,
+) -> tuple[int, DeviceLock]:
+    """Take the lock of whichever of ``devices`` is free first: (its index, the held lock).
+
+    A job's first GPU section places it: on a machine with several GPUs it takes any free one
+    instead of queueing for one picked in advance, so no GPU idles while jobs wait. Later
+    sections of the job take that same GPU's lock (its models live there). ``timing_cpus[i]``
+    is the timing CPU of ``devices[i]`` (exported for :func:`_pin_to_timing_cpu`). Waiting time
+    is reported like a blocking wait (not counted against the job's timeout).
+    """
+    stats = {} if stats is None else stats
+    locks = [DeviceLock(d, lock_dir, stats, before_pause) for d in devices]
+    t0 = time.perf_counter()
+    _report(stats.get("lock_wait_s", 0.0), time.time())
+    while True:
+        for i, lock in enumerate(locks):
+            if timing_cpus and timing_cpus[i] is not None:
+                os.environ[TIMING_CPU_ENV] = str(timing_cpus[i])
+            if lock.try_enter():
+                # the wait before the first try counts too
+                stats["lock_wait_s"] = stats.get("lock_wait_s", 0.0) + (lock._since - t0)
+                _report(stats["lock_wait_s"], None, time.time())
+                return i, lock
+        time.sleep(poll_s)
+
+
+def timing_cpu_of(index: int) -> int | None:
+    """The timing CPU of visible device ``index`` (None when none was reserved)."""
+    return _TIMING_PLAN[index] if 0 <= index < len(_TIMING_PLAN) else None
+
+
+def visible_gpu_ids(proc_gpus: str = "/proc/driver/nvidia/gpus") -> list[str]:
+    """The GPUs this process may use, named as ``CUDA_VISIBLE_DEVICES`` names them (indices or
+    UUIDs), without starting CUDA: that variable when set, else 0 .. n-1."""
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None:
+        ids = [d.strip() for d in visible.split(",") if d.strip()]
+        return [] if not ids or ids[0].startswith("-") else ids
+    return [str(i) for i in range(visible_gpu_count(proc_gpus))]

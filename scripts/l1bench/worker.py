@@ -436,7 +436,12 @@ def exclusive(device: str, job: dict, stats: dict):
     import torch
 
     sync = (lambda: torch.cuda.synchronize(device)) if device.startswith("cuda") else None
-    with gpulock.device_lock(device, job.get("lock_dir"), stats, before_pause=sync), torch.no_grad():
+    with contextlib.ExitStack() as held:
+        if device.startswith("cuda") and "lock_device" not in job:
+            held.push(claim_gpu(job, stats, sync).__exit__)  # placed: any free GPU
+        else:
+            held.enter_context(gpulock.device_lock(job.get("lock_device", device), job.get("lock_dir"), stats, sync))
+        held.enter_context(torch.no_grad())
         open_device(device, stats)
         # No garbage collection inside a section: a full collection over torch's own objects
         # (milliseconds) would otherwise land in a timed call now and then.
@@ -894,17 +899,43 @@ KINDS = {"build": do_build, "check": do_check, "time": do_time}
 
 
 def pick_device(job: dict) -> str:
-    """``cpu`` for the demo; else one CUDA device chosen stably from the job's identity,
-    without starting CUDA (that happens inside the GPU lock: :func:`open_device`)."""
+    """``cpu`` for the demo; else ``cuda:0``: the GPU is placed at the job's first GPU section,
+    where it takes whichever visible GPU is free (:func:`claim_gpu`), and CUDA then starts with
+    only that GPU visible. Nothing here starts CUDA; the process keeps off every timing CPU."""
     if job["backend"] == "cpu":
         return "cpu"
-    n = gpulock.visible_gpu_count()
-    if n < 1:
+    ids = gpulock.visible_gpu_ids()
+    if not ids:
         raise InfraError("no CUDA device is visible to the worker")
-    key = sum(map(ord, f"{job['tid']}/{job.get('mode', '')}"))
-    index = key % n
-    gpulock.reserve_timing_cpus(n, index)  # before CUDA starts its threads
-    return f"cuda:{index}"
+    job["gpu_ids"] = ids
+    gpulock.reserve_timing_cpus(len(ids), None)  # before CUDA starts its threads
+    return "cuda:0"
+
+
+def claim_gpu(job: dict, stats: dict, before_pause):
+    """The job's first GPU section: the lock of whichever visible GPU is free first, held.
+
+    CUDA then starts with only that GPU visible (``CUDA_VISIBLE_DEVICES``), so ``cuda:0`` is it
+    and no context is made on the others. Where CUDA already runs (a snippet started it at
+    import), every GPU is visible and ``cuda:0`` is the first one: that one is taken.
+    """
+    import torch
+
+    ids = job.get("gpu_ids") or ["0"]
+    order = [0] if torch.cuda.is_initialized() else list(range(len(ids)))
+    i, lock = gpulock.claim_free_device(
+        [f"cuda:{ids[k]}" for k in order],
+        job.get("lock_dir"),
+        stats,
+        before_pause,
+        [gpulock.timing_cpu_of(k) for k in order],
+    )
+    index = order[i]
+    job["lock_device"] = lock.device
+    stats["gpu_id"] = ids[index]
+    if not torch.cuda.is_initialized() and len(ids) > 1:
+        os.environ["CUDA_VISIBLE_DEVICES"] = ids[index]
+    return lock
 
 
 EXTENSION_MARKERS = ("cpp_extension", "load_inline")
