@@ -486,6 +486,10 @@ def claim_free_device(
     """
     stats = {} if stats is None else stats
     locks = [DeviceLock(d, lock_dir, stats, before_pause) for d in devices]
+    if len(locks) == 1:  # nothing to choose: wait in the lock's queue
+        if timing_cpus and timing_cpus[0] is not None:
+            os.environ[TIMING_CPU_ENV] = str(timing_cpus[0])
+        return 0, locks[0].__enter__()
     t0 = time.perf_counter()
     _report(stats.get("lock_wait_s", 0.0), time.time())
     while True:
