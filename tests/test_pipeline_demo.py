@@ -1,20 +1,17 @@
 """End to end on the embedded CPU demo release: statuses, failure isolation, reruns.
 
-Runs the real workflow (snakemake in a subprocess) in a copy of the repository.
-Takes a couple of minutes on two cores.
+Runs the real workflow (snakemake in a subprocess) in a copy of the repository. The tests
+that need the demo's first run (about a minute on two cores) are marked slow.
 """
 
 import json
+import os
 import re
 import shutil
 import subprocess
-import sys
-from pathlib import Path
 
 import pytest
-
-ROOT = Path(__file__).resolve().parents[1]
-SNAKEMAKE = [sys.executable, "-m", "snakemake"]
+from helpers import ROOT, SNAKEMAKE, copy_workflow, job_counts
 
 #: What each demo task must end up as (see scripts/make_demo_release.py).
 EXPECTED_CHECK = {
@@ -31,38 +28,26 @@ EXPECTED_CHECK = {
 FAILING = {"L1_T005", "L1_T006"}  # hangs / kills its process: the job fails, no result
 
 
-def snakemake(workdir, *args, check=None):
+def snakemake(workdir, *args, check=None, env=None):
     cmd = SNAKEMAKE + ["--cores", "2", "--retries", "0", "--config", "device=demo", *args]
-    proc = subprocess.run(cmd, cwd=workdir, capture_output=True, text=True, timeout=900)
+    proc = subprocess.run(cmd, cwd=workdir, capture_output=True, text=True, timeout=900, env=env)
     if check is not None:
         assert proc.returncode == check, proc.stdout[-3000:] + proc.stderr[-3000:]
     return proc
-
-
-WORKFLOW = ("Snakefile", "rules", "scripts", "config", "profiles", "envs")
-
-
-def copy_workflow(dest, src=ROOT, extra=()):
-    """The workflow's files (and ``extra`` folders, e.g. results) copied into ``dest``."""
-    for name in WORKFLOW + tuple(extra):
-        path = Path(src) / name
-        (shutil.copytree if path.is_dir() else shutil.copy)(path, Path(dest) / name)
-
-
-def job_counts(text):
-    """{rule: count} from snakemake's 'Job stats' table."""
-    block = text.split("Job stats:")[-1]
-    return {m[1]: int(m[2]) for m in re.finditer(r"^(\w+)\s+(\d+)$", block, re.M) if m[1] != "total"}
 
 
 @pytest.fixture(scope="module")
 def demo_run(tmp_path_factory):
     work = tmp_path_factory.mktemp("demo")
     copy_workflow(work)
-    first = snakemake(work)
+    # where a machine-wide lock would go: a CPU (demo) run must not use it (l1bench run_task)
+    machine_wide = tmp_path_factory.mktemp("machine-wide-locks")
+    first = snakemake(work, env=dict(os.environ, L1BENCH_LOCK_DIR=str(machine_wide)))
+    assert not list(machine_wide.iterdir())
     return work, first
 
 
+@pytest.mark.slow
 def test_first_run_fails_only_the_broken_tasks(demo_run):
     work, first = demo_run
     assert first.returncode != 0  # the hanging and the crashing task fail their jobs
@@ -74,15 +59,16 @@ def test_first_run_fails_only_the_broken_tasks(demo_run):
         assert not (res / f"check/{tid}.json").exists()
         assert not list(res.glob(f"time/*/*/{tid}.json"))
     log = (work / "logs/demo/check_task/L1_T005.log").read_text()
-    assert "timed out" in log
+    assert "held the GPU lock for more than 10 s" in log  # timeouts.demo_section
     log = (work / "logs/demo/check_task/L1_T006.log").read_text()
     assert "SIGKILL" in log
     # each broken attempt is counted across runs (l1bench.attempts)
-    for tid, kind in (("L1_T005", "timeout"), ("L1_T006", "crash")):
+    for tid, kind in (("L1_T005", "section_timeout"), ("L1_T006", "crash")):
         ledger = json.loads((res / f"attempts/check/{tid}.json").read_text())["attempts"]
         assert [a["kind"] for a in ledger] == [kind], ledger
 
 
+@pytest.mark.slow
 def test_time_results(demo_run):
     work, _ = demo_run
     res = work / "results/demo/time/paper"
@@ -100,6 +86,7 @@ def test_time_results(demo_run):
     assert json.loads((res / "default/L1_T007.json").read_text())["status"] == "no_code"
 
 
+@pytest.mark.slow
 def test_rerun_plans_only_what_failed(demo_run):
     work, _ = demo_run
     dry = snakemake(work, "-n", check=0)
@@ -109,6 +96,7 @@ def test_rerun_plans_only_what_failed(demo_run):
     assert "build_task" not in counts and "split_release" not in counts
 
 
+@pytest.mark.slow
 def test_aggregate_only_renders_partial_results(demo_run):
     work, _ = demo_run
     snakemake(work, "aggregate_only=true", check=0)
@@ -127,6 +115,7 @@ def test_aggregate_only_renders_partial_results(demo_run):
     assert not {"build_task", "check_task", "time_task"} & set(only)
 
 
+@pytest.mark.slow
 def test_fresh_clone_with_results_plans_no_evaluation(demo_run, tmp_path):
     """Results copied into a fresh checkout (new mtimes, no .snakemake) are not re-timed."""
     work, _ = demo_run
@@ -143,6 +132,7 @@ def test_fresh_clone_with_results_plans_no_evaluation(demo_run, tmp_path):
     assert "build_task" not in counts
 
 
+@pytest.mark.slow
 def test_a_job_that_breaks_every_time_ends_with_a_status(demo_run, tmp_path):
     """After max_attempts broken attempts a job gets a terminal result (carried into every
     mode) instead of being retried in every run; a run after that plans nothing for it."""
@@ -161,7 +151,7 @@ def test_a_job_that_breaks_every_time_ends_with_a_status(demo_run, tmp_path):
     snakemake(tmp_path, "max_attempts=1", check=0)
     hung = json.loads((res / "check/L1_T005.json").read_text())
     assert hung["status"] == "timeout" and hung["provenance"]["worker"] is False
-    assert "timed out" in hung["reason"]
+    assert "held the GPU lock for more than" in hung["reason"]
     counts = job_counts(snakemake(tmp_path, "-n", check=0).stdout)
     assert not {"check_task", "time_task"} & set(counts)
     assert "| timeout" in (res / "per_task.md").read_text()
