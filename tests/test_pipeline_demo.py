@@ -106,6 +106,9 @@ def test_aggregate_only_renders_partial_results(demo_run):
     assert (res / "figures/measured_vs_published.png").stat().st_size > 1000
     csv = (res / "scores.csv").read_text()
     assert "L1_T005" in csv and "missing" in csv
+    # a narrower selection never drops the device's other results from its tables
+    snakemake(work, "aggregate_only=true", 'tasks=["1/1"]', check=0)
+    assert "L1_T002" in (res / "scores.csv").read_text()
     # a changed rule parameter makes the recorded jobs outdated, yet aggregate_only plans none
     (work / "changed.yaml").write_text("timeouts:\n  demo: 80\n")
     changed = ["--configfile", "changed.yaml"]

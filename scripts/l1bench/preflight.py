@@ -130,13 +130,15 @@ WHY = {
 
 
 def failed_jobs(log_texts) -> dict[str, dict]:
-    """{output: {rule, log, attempts}} of the jobs that failed, from Snakemake logs."""
+    """{output: {rule, log, error}} of the jobs that failed, from Snakemake logs, sorted by
+    output; ``error`` is run_task's reason from the job log (timeout, signal...) when shown."""
     out: dict[str, dict] = {}
     for text in log_texts:
         for block in attempts.failed_jobs_in_snakemake_log(text):
-            job = out.setdefault(block["output"], {"rule": block["rule"], "log": block.get("log"), "attempts": 0})
-            job["attempts"] += 1
-    return out
+            error = attempts.log_error(block.get("log_text", ""))[0].removesuffix(", see log")
+            job = out.setdefault(block["output"], {"rule": block["rule"], "log": block.get("log"), "error": ""})
+            job["error"] = error or job["error"]
+    return dict(sorted(out.items()))
 
 
 def failure_hint(device: str, failed: dict[str, dict], stopped_by: str | None = None, max_attempts: int = 0,
@@ -156,7 +158,7 @@ def failure_hint(device: str, failed: dict[str, dict], stopped_by: str | None = 
         n = len(failed)
         lines.append(f"{n or 'Some'} job{'s' * (n != 1)} failed; every other result is kept.")
         for output, job in list(failed.items())[:shown]:
-            why = WHY.get(job["rule"], "failed")
+            why = job.get("error") or WHY.get(job["rule"], "failed")
             log = f", log {job['log']}" if job.get("log") else ""
             lines.append(f"  {job['rule']} {output}: {why}{log}")
         if n > shown:
