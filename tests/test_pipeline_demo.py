@@ -47,6 +47,26 @@ def demo_run(tmp_path_factory):
     return work, first
 
 
+def readme_block(marker):
+    """The lines of the README's fenced block after ``marker``, stripped."""
+    block = (ROOT / "README.md").read_text().split(marker, 1)[1].split("```", 2)[1]
+    return [line.strip() for line in block.splitlines() if line.strip()]
+
+
+@pytest.mark.slow
+def test_first_run_ends_as_the_readme_says(demo_run):
+    """The Quick start quotes how the demo's first run ends: exactly these lines, in order."""
+    _, first = demo_run
+    assert first.returncode == 1
+    printed = [line.strip() for line in (first.stdout + first.stderr).splitlines()]
+    at = 0
+    for line in readme_block("demo-first-run-ending"):
+        if "…" not in line:
+            assert line in printed[at:], (line, printed[-15:])
+            at = printed.index(line, at) + 1
+    assert at == len(printed)  # and nothing after them
+
+
 @pytest.mark.slow
 def test_first_run_fails_only_the_broken_tasks(demo_run):
     work, first = demo_run
@@ -174,6 +194,7 @@ def test_gpu_release_without_gpu_stops_before_any_job(tmp_path, release_dir):
     assert dry.returncode == 0 and "time_task" in dry.stdout
 
 
+@pytest.mark.slow
 def test_results_decided_without_a_gpu_fill_in_on_a_cpu_machine(tmp_path, release_dir):
     """A task without code needs no GPU: device=h100 completes it here, every stage no_code."""
     copy_workflow(tmp_path)
