@@ -48,8 +48,9 @@ def running(pid):
     return lifeline.alive(lifeline.process_token(pid))
 
 
-def pids_running(needle):
-    """Live processes whose command line contains ``needle``."""
+def pids_running(needle, guards=True):
+    """Live processes whose command line contains ``needle`` (without the guards: only those
+    that are not l1bench.lifeline's guard)."""
     out = []
     for d in Path("/proc").iterdir():
         if d.name.isdigit():
@@ -57,7 +58,7 @@ def pids_running(needle):
                 cmd = (d / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
             except OSError:
                 continue
-            if needle in cmd and running(int(d.name)):
+            if needle in cmd and running(int(d.name)) and (guards or "l1bench.lifeline" not in cmd):
                 out.append(int(d.name))
     return out
 
@@ -141,3 +142,42 @@ def test_a_job_of_a_running_workflow_is_not_stopped(tasks, tmp_path, monkeypatch
     with pytest.raises(JobFailed, match="SIGKILL"):
         job = hanging_job(tasks, tmp_path) | {"tid": "L1_T006", "task_dir": str(tasks / "L1_T006")}
         run_worker(job, 60, tmp_path / "crash.log", ROOT / "scripts")
+
+
+def test_the_command_dies_with_its_guard(tmp_path):
+    """A guard killed outright (SIGKILL: a timeout's kill) takes its command along."""
+    env = dict(os.environ, PYTHONPATH=str(ROOT / "scripts"))
+    marker = f"sleep-{tmp_path.name}"
+    guard = subprocess.Popen(lifeline.guarded([sys.executable, "-c", "import time; time.sleep(300)", marker]), env=env)
+    try:
+        assert wait_for(lambda: pids_running(marker, guards=False), 30)
+        guard.kill()
+        guard.wait()
+        assert wait_for(lambda: not pids_running(marker), 10)
+    finally:
+        for pid in pids_running(marker):
+            os.kill(pid, signal.SIGKILL)
+
+
+def test_a_job_script_ends_with_its_workflow(tmp_path):
+    """exit_with_workflow: a job script doing its work in its own children (the reference scan)
+    ends once the workflow is gone, and its guarded children with it."""
+    workflow = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(2)"])
+    env = dict(os.environ, PYTHONPATH=str(ROOT / "scripts"),
+               **{lifeline.WORKFLOW_ENV: lifeline.process_token(workflow.pid)})
+    marker = f"child-{tmp_path.name}"
+    script = (
+        "import subprocess, sys, time; from l1bench import lifeline; lifeline.exit_with_workflow(0.1);"
+        f"subprocess.Popen(lifeline.guarded([sys.executable, '-c', 'import time; time.sleep(300)', '{marker}']));"
+        "time.sleep(300)"
+    )
+    job = subprocess.Popen([sys.executable, "-c", script], env=env)
+    try:
+        assert wait_for(lambda: pids_running(marker, guards=False), 30)
+        assert job.wait(timeout=30) == 1
+        assert wait_for(lambda: not pids_running(marker), 10)
+    finally:
+        job.kill()
+        workflow.wait()
+        for pid in pids_running(marker):
+            os.kill(pid, signal.SIGKILL)

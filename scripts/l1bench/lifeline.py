@@ -13,7 +13,8 @@ lost terminal) leaves nothing running, on a GPU nothing that keeps taking the de
   PARENT_PID CMD...``) that leads the worker's process group and asks the kernel to signal it
   when its parent, the job script, dies (``PR_SET_PDEATHSIG``; elsewhere it polls its parent);
   it then kills the whole group: the worker and whatever the worker started (compilers,
-  compile workers). The guard passes the worker's exit status on unchanged.
+  compile workers). The worker in turn is killed when the guard dies, however it dies. The
+  guard passes the worker's exit status on unchanged.
 """
 
 from __future__ import annotations
@@ -93,6 +94,24 @@ def workflow_token() -> str | None:
     return os.environ.get(WORKFLOW_ENV) or None
 
 
+def exit_with_workflow(poll: float = 0.5, code: int = 1) -> threading.Thread | None:
+    """In a job script that does its work in children of its own (not through the runner):
+    end this process once the workflow that started the job is gone; children started under
+    :func:`guarded` die with it. None outside a workflow."""
+    token = workflow_token()
+    if not token:
+        return None
+
+    def watch():
+        while alive(token):
+            time.sleep(poll)
+        os._exit(code)
+
+    thread = threading.Thread(target=watch, name="lifeline", daemon=True)
+    thread.start()
+    return thread
+
+
 # --------------------------------------------------------------------------- the guard
 
 PR_SET_PDEATHSIG = 1
@@ -139,7 +158,8 @@ def guard(parent: int, cmd: list[str]) -> int:
         threading.Thread(target=_watch_parent, args=(parent,), daemon=True).start()
     if os.getppid() != parent:  # the parent died before the signal was armed
         _kill_own_group()
-    rc = subprocess.Popen(cmd).wait()
+    # the command dies with the guard too, however the guard ends (a SIGKILL on a timeout)
+    rc = subprocess.Popen(cmd, preexec_fn=lambda: _ask_for_parent_death_signal(signal.SIGKILL)).wait()
     if rc < 0:
         if -rc not in (signal.SIGKILL, signal.SIGSTOP):
             signal.signal(-rc, signal.SIG_DFL)
