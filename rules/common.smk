@@ -32,14 +32,13 @@ def _normalise_cli_booleans(cfg):
 
 
 def validate_config():
-    """Schema validation (fills defaults); a bad value stops with one line naming the key."""
-    schema = "../config/schemas/config.schema.yaml"
+    """Schema validation (fills defaults); a bad value stops with one line naming the key
+    (Snakemake's own message adds the schema's fragment)."""
     try:
-        validate(config, schema=schema)
+        validate(config, schema="../config/schemas/config.schema.yaml")
     except WorkflowError as err:
-        line = preflight.config_error(
-            config, Path(workflow.basedir) / "config/schemas/config.schema.yaml"
-        )
+        schema = Path(workflow.basedir) / "config/schemas/config.schema.yaml"
+        line = preflight.config_error(config, schema)
         raise WorkflowError(line or str(err).strip().splitlines()[0]) from None
 
 
@@ -60,10 +59,18 @@ BASELINE_PATHS = {
     "cuda_graph": "more_baselines/cuda_graph.json",
     "cudnn": "more_baselines/cudnn.json",
 }
-if not IS_DEMO and config["release_dir"]:
-    _problem = preflight.release_dir_problem(config["release_dir"], RELEASE_PATH)
-    if _problem:
-        raise WorkflowError(_problem)
+
+
+def check_release_dir():
+    """A release_dir that is not a release stops the run (one line), whatever is on disk."""
+    if IS_DEMO or not config["release_dir"]:
+        return
+    problem = preflight.release_dir_problem(config["release_dir"], RELEASE_PATH)
+    if problem:
+        raise WorkflowError(problem)
+
+
+check_release_dir()
 
 
 def release_root():
@@ -441,16 +448,17 @@ def require_split_first(planned):
     """
     if LOCAL_RELEASE is not None:
         return
-    redo = [
+    redo = sorted(
         out
         for rule, outs in planned
         if rule in EVALUATION_RULES
         for out in outs
         if Path(out).exists()
-    ]
+    )
     if redo:
         print(
-            f"{redo[0]} (and {len(redo) - 1} more) would be redone before the release is split; "
+            f"{redo[0]}{f' and {len(redo) - 1} more' if len(redo) > 1 else ''} "
+            "would be redone before the release is split; "
             f"fetch and split it first (snakemake --cores 1 --config device={DEVICE} --until split_release), "
             "then run again",
             file=sys.stderr,

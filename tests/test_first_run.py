@@ -115,3 +115,16 @@ def test_a_bad_config_value_is_one_line(tmp_path):
         out = proc.stdout + proc.stderr
         assert proc.returncode != 0 and line in out, out[-1500:]
         assert "Failed validating" not in out and "On instance" not in out
+
+
+def test_without_network_a_forced_result_asks_to_split_first(clone):
+    """A committed result to be redone (here forced) while the release is still to be fetched
+    and split: one line saying to split first, before any download; nothing changes."""
+    before = tree_digest(clone / "results/h100")
+    cmd = SNAKEMAKE + ["--cores", "1", "--configfile", "offline.yaml", "--forcerun", "check_task", "--config", "device=h100"]
+    proc = run(cmd, clone, env=CPU_ONLY)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0
+    assert "results/h100/check/L1_T001.json and 249 more would be redone before the release is split" in out
+    assert "--until split_release" in out and not (clone / "resources").exists()
+    assert tree_digest(clone / "results/h100") == before
