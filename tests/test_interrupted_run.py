@@ -93,9 +93,14 @@ def test_kill_9_loses_no_result_leaves_no_process_and_counts_attempts_once(tmp_p
             log for log in logs.glob("*_task/**/*.log")
             if worker_running(log) and not any(t in log.name for t in BROKEN)
         ]
-        assert wait_for(others, 300), "no job of the second run started its worker"
-        os.kill(second.pid, signal.SIGSTOP)
-        running = others()
+        for _ in range(100):  # stop it while a job runs its worker
+            assert wait_for(others, 300), "no job of the second run started its worker"
+            os.kill(second.pid, signal.SIGSTOP)
+            running = others()
+            if running:
+                break
+            os.kill(second.pid, signal.SIGCONT)
+        assert running
         outputs = [Path(str(log).replace("logs/demo/", "results/demo/").replace("_task/", "/", 1)).with_suffix(".json")
                    for log in running]
         assert wait_for(lambda: all(p.exists() for p in outputs), 120), "the running jobs did not finish"
