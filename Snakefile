@@ -23,11 +23,11 @@ include: "rules/aggregate.smk"
 
 
 onstart:
-    require_gpu_if_needed()
+    start_run()
 
 
 onerror:
-    print_failure_hint()
+    print_failure_hint(log)
 
 
 rule all:

@@ -3,7 +3,7 @@
 
 rule scan_references:
     input:
-        meta=ancient(task_paths("meta")),
+        meta=scan_meta(),
     output:
         f"{RES}/reference_scan.json",
     log:
@@ -28,6 +28,7 @@ rule aggregate_results:
         scatter=report(f"{RES}/figures/measured_vs_published.png", category="Figures"),
         ratios=report(f"{RES}/figures/ratio_hist.png", category="Figures"),
         report=f"{RES}/README.md",
+        record=TABLES_RECORD,
     log:
         f"logs/{DEVICE}/aggregate_results.log",
     conda:

@@ -1,5 +1,5 @@
 # Helpers only: config validation, the task table, paths and input functions.
-import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -10,8 +10,7 @@ from snakemake.utils import validate
 sys.path.insert(0, str(Path(workflow.basedir) / "scripts"))
 
 from l1bench import release as rel  # noqa: E402
-from l1bench import attempts, fetch  # noqa: E402
-from l1bench.worker import UPSTREAM  # noqa: E402
+from l1bench import fetch, freshness, lifeline, preflight, recovery  # noqa: E402
 
 
 def _normalise_cli_booleans(cfg):
@@ -32,8 +31,19 @@ def _normalise_cli_booleans(cfg):
         cfg["device"] = str(cfg["device"])
 
 
+def validate_config():
+    """Schema validation (fills defaults); a bad value stops with one line naming the key
+    (Snakemake's own message adds the schema's fragment)."""
+    try:
+        validate(config, schema="../config/schemas/config.schema.yaml")
+    except WorkflowError as err:
+        schema = Path(workflow.basedir) / "config/schemas/config.schema.yaml"
+        line = preflight.config_error(config, schema)
+        raise WorkflowError(line or str(err).strip().splitlines()[0]) from None
+
+
 _normalise_cli_booleans(config)
-validate(config, schema="../config/schemas/config.schema.yaml")
+validate_config()
 
 DEVICE = config["device"]
 RES = f"{config['results_dir']}/{DEVICE}"
@@ -49,6 +59,18 @@ BASELINE_PATHS = {
     "cuda_graph": "more_baselines/cuda_graph.json",
     "cudnn": "more_baselines/cudnn.json",
 }
+
+
+def check_release_dir():
+    """A release_dir that is not a release stops the run (one line), whatever is on disk."""
+    if IS_DEMO or not config["release_dir"]:
+        return
+    problem = preflight.release_dir_problem(config["release_dir"], RELEASE_PATH)
+    if problem:
+        raise WorkflowError(problem)
+
+
+check_release_dir()
 
 
 def release_root():
@@ -168,12 +190,35 @@ def reserve_timing_cpus():
     return timing
 
 
+def recover_from_a_killed_run():
+    """In the Snakemake process: export its token (jobs stop when it is gone, l1bench.lifeline);
+    keep the results that jobs of a killed run completed, and release that run's locks
+    (l1bench.recovery), so the next run neither redoes them nor needs --unlock."""
+    if not workflow.is_main_process:
+        return
+    lifeline.mark_workflow()
+    kept = recovery.keep_completed_results(RES)
+    if kept:
+        print(
+            f"kept {len(kept)} result(s) that jobs of an interrupted run completed after its "
+            f"Snakemake process stopped recording them ({kept[0]}{', ...' * (len(kept) > 1)})",
+            file=sys.stderr,
+        )
+    for owner in recovery.release_locks_of_dead_runs():
+        print(
+            f"released the locks of a run that was killed (pid {owner['token'].split(':')[0]})",
+            file=sys.stderr,
+        )
+
+
+recover_from_a_killed_run()
 TIMING_CPUS = reserve_timing_cpus()
 LOCAL_RELEASE = load_local_release()
 if LOCAL_RELEASE is not None:
     materialise_task_folders(LOCAL_RELEASE)
 ALL_IDS = task_index()
 ALL_TIDS = [rel.task_id(lv, tk) for lv, tk in ALL_IDS]
+ALL_TIDS_SET = set(ALL_TIDS)
 TIDS = selected_tids()
 FINGERPRINT = release_fingerprint()
 NO_CODE_TIDS = {
@@ -188,8 +233,14 @@ wildcard_constraints:
 
 
 def timeout(kind):
+    """A job's timeout; the demo caps them (demo_section: the stretch its hanging task holds
+    the lock, which every other demo job waits for)."""
     t = config["timeouts"][kind]
-    return min(t, config["timeouts"]["demo"]) if IS_DEMO else t
+    if not IS_DEMO:
+        return t
+    return min(
+        t, config["timeouts"]["demo_section" if kind == "gpu_section" else "demo"]
+    )
 
 
 def task_paths(kind, protocols=None, modes=None):
@@ -213,14 +264,68 @@ def existing(paths):
     return [p for p in paths if Path(p).exists()]
 
 
+def task_meta(result):
+    """Input function: the task's meta.json (ancient) for the job making ``result`` (a path
+    pattern with the rule's wildcards). None while the release is still to be fetched and split
+    in this run and ``result`` already exists: the split would otherwise re-plan every committed
+    result of a fresh clone (its meta.json is new). run_task finds the task folder by its place.
+    """
+
+    def meta(wildcards):
+        if (
+            LOCAL_RELEASE is None
+            and Path(result.format(**dict(wildcards.items()))).exists()
+        ):
+            return []
+        return ancient(f"{RES}/tasks/{wildcards.tid}/meta.json")
+
+    return meta
+
+
+def scan_meta():
+    """The scan's meta.json inputs (ancient), or none while the release is still to be split
+    and the scan exists (as task_meta)."""
+    if LOCAL_RELEASE is None and Path(f"{RES}/reference_scan.json").exists():
+        return []
+    return ancient(task_paths("meta"))
+
+
+def results_on_disk(kind):
+    """check or time results of this device on disk, whatever the selection (sorted)."""
+    pattern = re.compile(r"L\d+_T\d{3}\.json")
+    if kind == "check":
+        found = Path(RES).glob("check/*.json")
+    else:
+        found = (
+            p
+            for p in Path(RES).glob("time/*/*/*.json")
+            if p.parent.parent.name in ("paper", "strict")
+            and p.parent.name in rel.MODES
+        )
+    return sorted(
+        str(p) for p in found if pattern.fullmatch(p.name) and p.stem in ALL_TIDS_SET
+    )
+
+
+def with_results_on_disk(kind, selected):
+    """The selection's results, then those on disk outside it: the tables cover every result
+    of the device, so a narrower run never drops results from them."""
+    chosen = set(selected)
+    return selected + [p for p in results_on_disk(kind) if p not in chosen]
+
+
 def aggregate_inputs():
-    """Inputs of the aggregate: every result of the selection, or only those on disk."""
+    """Inputs of the aggregate: every result of the selection (only those on disk with
+    aggregate_only) and every other result of the device on disk."""
     pick = existing if config["aggregate_only"] else list
+    check = with_results_on_disk("check", pick(task_paths("check")))
+    time_ = with_results_on_disk("time", pick(task_paths("time")))
+    tids = set(TIDS) | {Path(p).stem for p in check + time_}
     return {
         # task metadata (published scores) is always needed: split_release is cheap and CPU-only
-        "meta": task_paths("meta"),
-        "check": pick(task_paths("check")),
-        "time": pick(task_paths("time")),
+        "meta": [f"{RES}/tasks/{tid}/meta.json" for tid in ALL_TIDS if tid in tids],
+        "check": check,
+        "time": time_,
         # CPU scan for degenerate references (constant or zero output)
         "scan": pick([f"{RES}/reference_scan.json"]),
         # committed annotation of results made before the worker recorded failed
@@ -255,6 +360,27 @@ def report_outputs():
     figs = ["figures/measured_vs_published.png", "figures/ratio_hist.png"]
     slices = [f"slices/{name}.md" for name in slice_reports()]
     return [f"{RES}/{n}" for n in names + figs + slices]
+
+
+def table_params():
+    """The parameters that shape the tables (besides their inputs), recorded with them."""
+    return {"device": DEVICE, "ceiling": config["detectors"]["speedup_ceiling"]}
+
+
+TABLES_RECORD = f"{RES}/{freshness.RECORD}"
+
+
+def keep_current_tables_current():
+    """Tables whose inputs are what they were made from are not re-rendered because of file
+    dates (a fresh clone): l1bench.freshness."""
+    inputs = [p for paths in aggregate_inputs().values() for p in paths]
+    tables = [p for p in report_outputs() if "/slices/" not in p] + [TABLES_RECORD]
+    followers = {
+        f"{RES}/slices/{name}.md": [path] for name, path in slice_reports().items()
+    }
+    freshness.mark_current(
+        TABLES_RECORD, RES, inputs, table_params(), tables, followers
+    )
 
 
 def evaluation_params(kind):
@@ -304,54 +430,87 @@ def gpu_available():
         return False
 
 
-def _status(path):
-    try:
-        return json.loads(Path(path).read_text()).get("status")
-    except (OSError, ValueError):
-        return None
+def planned_jobs():
+    """[(name of the job's rule, its outputs)] of every job this run will execute (the DAG is
+    built when onstart runs)."""
+    return [
+        (job.rule.name, [str(f) for f in job.output])
+        for job in workflow.dag.needrun_jobs()
+    ]
 
 
-def decided_without_gpu(path):
-    """Whether a missing check/time result is decided without a GPU (scripts/run_task.py):
-    the task has no custom code, or its build (for a check) or check (for a time job) is
-    already negative, so the result only carries that status forward, or the job already
-    broke ``max_attempts`` times (l1bench.attempts)."""
-    tid = Path(path).stem
-    if tid in NO_CODE_TIDS:
-        return True
-    if attempts.given_up(
-        attempts.load(attempts.ledger_path(RES, path)), config["max_attempts"]
-    ):
-        return True  # broke max_attempts times: gets a terminal result, no worker
-    kind = Path(path).relative_to(RES).parts[0]
-    upstream, ok = UPSTREAM[kind]
-    status = _status(f"{RES}/{upstream}/{tid}.json")
-    return status is not None and status != ok
+EVALUATION_RULES = ("build_task", "check_task", "time_task", "scan_references")
 
 
-def require_gpu_if_needed():
-    """Stop before any GPU job when device needs a GPU that this machine lacks."""
+def require_split_first(planned):
+    """A finished result to be redone (forced, changed parameters) while the release is still
+    to be fetched and split in this run took no meta.json input (task_meta): stop, one line.
+    """
+    if LOCAL_RELEASE is not None:
+        return
+    redo = sorted(
+        out
+        for rule, outs in planned
+        if rule in EVALUATION_RULES
+        for out in outs
+        if Path(out).exists()
+    )
+    if redo:
+        print(
+            f"{redo[0]}{f' and {len(redo) - 1} more' if len(redo) > 1 else ''} "
+            "would be redone before the release is split; "
+            f"fetch and split it first (snakemake --cores 1 --config device={DEVICE} --until split_release), "
+            "then run again",
+            file=sys.stderr,
+        )
+        sys.exit(1)
+
+
+def require_gpu_if_needed(planned):
+    """Stop before any job (downloads included) when a check/time job this run would execute
+    needs a GPU and none is visible: one line. Results decided without a GPU (no code, a
+    negative earlier stage, max_attempts reached) still run on a CPU-only machine."""
     if IS_DEMO or config["aggregate_only"]:
         return
-    missing = [
-        p
-        for p in task_paths("check") + task_paths("time")
-        if not Path(p).exists() and not decided_without_gpu(p)
+    pending = {out for _, outs in planned for out in outs}
+    outputs = [
+        out
+        for rule, outs in planned
+        if rule in ("check_task", "time_task")
+        for out in outs
     ]
-    if missing and not gpu_available():
-        raise WorkflowError(
-            f"device={DEVICE} needs a CUDA GPU for {len(missing)} missing check/time results, "
-            "and none is visible; run the CPU demo instead (snakemake --cores 2 --config device=demo) "
-            "or aggregate existing results (--config aggregate_only=true)"
-        )
-
-
-def print_failure_hint():
-    """After failed jobs: results of the others are kept; say how to retry and how to tabulate."""
-    print(
-        "\nSome jobs failed (timeout, crash, CUDA fault); every other result is kept.\n"
-        f"  retry only what failed or is missing:  snakemake --config device={DEVICE}\n"
-        f"  tables from the results so far:       snakemake --config device={DEVICE} aggregate_only=true\n"
-        f"  logs of failed jobs:                  logs/{DEVICE}/",
-        file=sys.stderr,
+    needed = preflight.gpu_jobs(
+        outputs, RES, NO_CODE_TIDS, config["max_attempts"], pending
     )
+    if needed and not gpu_available():
+        print(preflight.no_gpu_message(DEVICE, needed), file=sys.stderr)
+        sys.exit(1)
+
+
+def start_run():
+    """onstart (not in a dry run, which plans everything): the guards, then the bookkeeping
+    that lets the next run recover if this one is killed."""
+    planned = planned_jobs()
+    require_split_first(planned)
+    require_gpu_if_needed(planned)
+    lockfiles = getattr(workflow.persistence, "_lockfile", {}) or {}
+    recovery.record_lock_owner(lockfiles.values())
+    preflight.note_stop_signals()
+
+
+def print_failure_hint(logs):
+    """onerror: what failed and why (or which signal stopped the run), and how to go on."""
+    texts = []
+    for path in logs or []:
+        try:
+            texts.append(Path(path).read_text(errors="replace"))
+        except OSError:
+            pass
+    stopped = preflight.STOPPED_BY[0] if preflight.STOPPED_BY else None
+    hint = preflight.failure_hint(
+        DEVICE, preflight.failed_jobs(texts), stopped, config["max_attempts"]
+    )
+    print(f"\n{hint}", file=sys.stderr)
+
+
+keep_current_tables_current()

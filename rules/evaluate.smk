@@ -6,7 +6,7 @@
 
 rule build_task:
     input:
-        meta=ancient(f"{RES}/tasks/{{tid}}/meta.json"),
+        meta=task_meta(f"{RES}/build/{{tid}}.json"),
     output:
         f"{RES}/build/{{tid}}.json",
     log:
@@ -29,7 +29,7 @@ rule build_task:
 
 rule check_task:
     input:
-        meta=ancient(f"{RES}/tasks/{{tid}}/meta.json"),
+        meta=task_meta(f"{RES}/check/{{tid}}.json"),
         build=ancient(f"{RES}/build/{{tid}}.json"),
     output:
         f"{RES}/check/{{tid}}.json",
@@ -53,7 +53,7 @@ rule check_task:
 
 rule time_task:
     input:
-        meta=ancient(f"{RES}/tasks/{{tid}}/meta.json"),
+        meta=task_meta(f"{RES}/time/{{protocol}}/{{mode}}/{{tid}}.json"),
         check=ancient(f"{RES}/check/{{tid}}.json"),
     output:
         f"{RES}/time/{{protocol}}/{{mode}}/{{tid}}.json",

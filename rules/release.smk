@@ -9,7 +9,8 @@ rule fetch_release_file:
     wildcard_constraints:
         commit="[0-9a-f]{40}",
         path=r"(optimized_cuda_code|more_baselines)/[\w./-]+\.json",
-    retries: 2
+    # l1bench.fetch retries what is transient itself (not a host that does not resolve)
+    retries: 0
     conda:
         "../envs/environment.yaml"
     params:

@@ -3,8 +3,9 @@
 input (named):  meta (list of meta.json), check (list of check/{tid}.json),
                 time (list of time/{protocol}/{mode}/{tid}.json)
 output (named): csv (scores.csv), summary (summary.md), per_task (per_task.md),
-                scatter (png), ratios (png), report (README.md)
-params:         device
+                scatter (png), ratios (png), report (README.md),
+                record (what the tables were made from: l1bench.freshness)
+params:         device, ceiling, slices
 """
 
 import json
@@ -54,6 +55,7 @@ def main(smk):
     sys.path.insert(0, str(_package_dir(smk)))
 
     from l1bench import aggregate as agg
+    from l1bench import freshness
     from l1bench.io import atomic_path, atomic_write_text
 
     device = smk.params.device
@@ -82,7 +84,9 @@ def main(smk):
     agg.plot_ratio_hist(df, out.ratios)
 
     report_dir = Path(out.report).parent
+    # the configured slice reports, and any other beside the tables (made by an earlier run)
     slices = list(smk.params.get("slices") or [])
+    slices += sorted(p.stem for p in (report_dir / "slices").glob("*.md") if p.stem not in slices)
     rel = lambda p: agg.relpath(p, report_dir)  # noqa: E731
     prov = {"device": device, **{k: v for k, v in agg.provenance_from_df(df).items() if k != "device"}}
     text = agg.render_report(
@@ -101,6 +105,10 @@ def main(smk):
         },
     )
     atomic_write_text(out.report, text)
+    if out.get("record"):
+        inputs = [p for name in smk.input.keys() for p in _as_list(smk.input.get(name))]
+        params = {"device": device, "ceiling": smk.params.get("ceiling")}
+        freshness.write_record(out.record, report_dir, inputs, params)
     counts = agg.status_counts(df)
     if len(counts):
         tot = counts[["measured", "failed", "not_run", "missing"]].sum()

@@ -5,7 +5,9 @@ the job, enforces the timeout and writes the result atomically. A negative
 verdict is a result; a timeout, crash or CUDA fault raises, so the job fails
 and leaves no output, and is recorded in the job's attempts ledger
 (l1bench.attempts): after ``max_attempts`` broken attempts (config) the job gets
-a terminal ``crashed``/``timeout`` result instead of being retried forever.
+a terminal ``crashed``/``timeout`` result instead of being retried forever. A job stopped
+because its Snakemake process is gone (``l1bench.lifeline``) leaves no result and is not an
+attempt.
 """
 
 import logging
@@ -35,16 +37,33 @@ def code_fingerprint(package: Path) -> dict:
     }
 
 
+def results_root(smk) -> Path:
+    """results/<device> of this run."""
+    return Path(smk.config["results_dir"]) / str(smk.config["device"])
+
+
+def lock_dir(smk) -> str | None:
+    """Where the worker's device lock lives: for the CPU backend (the demo) inside this results
+    directory (``tmp/``), so that runs of other clones or results directories, and the tests,
+    never wait for each other; None for GPUs, whose locks stay machine-wide, one per GPU (two
+    runs timing on one GPU must exclude each other, whichever folder they run in)."""
+    return str(results_root(smk) / "tmp") if smk.params.backend == "cpu" else None
+
+
 def make_job(smk) -> dict:
     p = smk.params
     job = {
         "kind": p.kind,
         "backend": p.backend,
         "tid": smk.wildcards.tid,
-        "task_dir": str(Path(smk.input.meta).parent),
+        # the task folder by its place, not from the inputs: a job whose result exists takes
+        # no meta.json input while the release is still to be split (common.smk, task_meta)
+        "task_dir": str(results_root(smk) / "tasks" / smk.wildcards.tid),
         "ext_dir": p.ext_dir,
         "params": dict(p.protocol_params.get("paper", {})),
     }
+    if lock_dir(smk):
+        job["lock_dir"] = lock_dir(smk)
     if p.kind == "build":
         job["params"] = dict(p.protocol_params["build"]) | {"seed": 42}
     if p.kind == "check":
@@ -124,7 +143,7 @@ def ledger_file(smk) -> Path:
     """The attempts ledger of this job's result (results/<device>/attempts/...)."""
     from l1bench.attempts import ledger_path
 
-    return ledger_path(Path(smk.config["results_dir"]) / str(smk.config["device"]), smk.output[0])
+    return ledger_path(results_root(smk), smk.output[0])
 
 
 def gave_up(job: dict, attempts: list, max_attempts: int) -> dict | None:
@@ -142,7 +161,7 @@ def main(smk) -> None:
     sys.path.insert(0, str(package_root(smk)))
     from l1bench import attempts as attempts_mod
     from l1bench.io import atomic_write_json
-    from l1bench.runner import JobFailed, run_worker
+    from l1bench.runner import JobFailed, JobStopped, run_worker
 
     logging.basicConfig(filename=smk.log[0], level=logging.INFO, format="%(asctime)s %(message)s")
     drain = os.environ.get(DRAIN_ENV)
@@ -165,6 +184,9 @@ def main(smk) -> None:
                 worker_env(smk),
                 section_timeout=getattr(smk.params, "section_timeout", None),
             )
+        except JobStopped as err:
+            logging.error("STOPPED (no result written, not counted as an attempt): %s", err)
+            sys.exit(f"{smk.rule}: {err}")
         except JobFailed as err:
             detail = attempts_mod.last_error_line(Path(smk.log[0]).read_text(errors="replace"))
             attempts = attempts_mod.record(ledger, str(err), err.kind, detail)

@@ -10,6 +10,7 @@ reference runs in a child process with a timeout, on a few random inputs.
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
@@ -52,10 +53,14 @@ def verdict(stats: list) -> str:
 
 def scan_one(ref: Path, trials: int, timeout: float) -> dict:
     pkg = str(Path(__file__).resolve().parent)
+    if pkg not in sys.path:
+        sys.path.insert(0, pkg)
+    from l1bench.lifeline import guarded
+
     try:
-        proc = subprocess.run(
-            [sys.executable, "-c", CHILD, str(ref), pkg, str(trials)],
-            capture_output=True, text=True, timeout=timeout,
+        proc = subprocess.run(  # under the guard: the child dies with this process
+            guarded([sys.executable, "-c", CHILD, str(ref), pkg, str(trials)]),
+            capture_output=True, text=True, timeout=timeout, env=dict(os.environ, PYTHONPATH=pkg),
         )
     except subprocess.TimeoutExpired:
         return {"verdict": "timeout"}
@@ -97,6 +102,9 @@ def smk_main(smk) -> None:
 
     sys.path.insert(0, str(Path(getattr(smk, "scriptdir", None) or Path(__file__).parent)))
     from l1bench.io import atomic_write_json
+    from l1bench.lifeline import exit_with_workflow
+
+    exit_with_workflow()  # a killed workflow leaves no scan (nor reference) running
 
     logging.basicConfig(filename=smk.log[0], level=logging.INFO, format="%(asctime)s %(message)s")
     tids = [Path(m).parent.name for m in smk.input.meta]

@@ -10,6 +10,12 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "scripts"))
 
 
+def pytest_configure(config):
+    config.addinivalue_line(
+        "markers", "slow: end-to-end runs of the workflow (minutes); skip with -m 'not slow', CI runs them"
+    )
+
+
 def _release_dir():
     env = os.environ.get("L1_RELEASE_DIR")
     if env:

@@ -87,6 +87,24 @@ def test_download_unreachable_is_retried_then_fails(tmp_path, monkeypatch):
     assert list(tmp_path.iterdir()) == []
 
 
+def test_download_without_name_resolution_fails_at_once(tmp_path, monkeypatch):
+    """No network (the host name does not resolve): one attempt, not retries with waits."""
+    import socket
+    import urllib.error
+
+    calls = []
+
+    def no_dns(url, fileobj, timeout):
+        calls.append(url)
+        raise urllib.error.URLError(socket.gaierror(-2, "Name or service not known"))
+
+    monkeypatch.setattr(fetch, "_fetch_to", no_dns)
+    monkeypatch.setattr(fetch.time, "sleep", lambda s: None)
+    with pytest.raises(FetchError, match="Name or service not known"):
+        fetch.download("https://example.invalid/x.json", tmp_path / "x.json", retries=2)
+    assert len(calls) == 1 and list(tmp_path.iterdir()) == []
+
+
 def test_verify_local(tmp_path):
     f = tmp_path / "h100.json"
     f.write_bytes(PAYLOAD)

@@ -1,20 +1,17 @@
 """End to end on the embedded CPU demo release: statuses, failure isolation, reruns.
 
-Runs the real workflow (snakemake in a subprocess) in a copy of the repository.
-Takes a couple of minutes on two cores.
+Runs the real workflow (snakemake in a subprocess) in a copy of the repository. The tests
+that need the demo's first run (about a minute on two cores) are marked slow.
 """
 
 import json
+import os
 import re
 import shutil
 import subprocess
-import sys
-from pathlib import Path
 
 import pytest
-
-ROOT = Path(__file__).resolve().parents[1]
-SNAKEMAKE = [sys.executable, "-m", "snakemake"]
+from helpers import ROOT, SNAKEMAKE, copy_workflow, job_counts
 
 #: What each demo task must end up as (see scripts/make_demo_release.py).
 EXPECTED_CHECK = {
@@ -31,38 +28,46 @@ EXPECTED_CHECK = {
 FAILING = {"L1_T005", "L1_T006"}  # hangs / kills its process: the job fails, no result
 
 
-def snakemake(workdir, *args, check=None):
+def snakemake(workdir, *args, check=None, env=None):
     cmd = SNAKEMAKE + ["--cores", "2", "--retries", "0", "--config", "device=demo", *args]
-    proc = subprocess.run(cmd, cwd=workdir, capture_output=True, text=True, timeout=900)
+    proc = subprocess.run(cmd, cwd=workdir, capture_output=True, text=True, timeout=900, env=env)
     if check is not None:
         assert proc.returncode == check, proc.stdout[-3000:] + proc.stderr[-3000:]
     return proc
-
-
-WORKFLOW = ("Snakefile", "rules", "scripts", "config", "profiles", "envs")
-
-
-def copy_workflow(dest, src=ROOT, extra=()):
-    """The workflow's files (and ``extra`` folders, e.g. results) copied into ``dest``."""
-    for name in WORKFLOW + tuple(extra):
-        path = Path(src) / name
-        (shutil.copytree if path.is_dir() else shutil.copy)(path, Path(dest) / name)
-
-
-def job_counts(text):
-    """{rule: count} from snakemake's 'Job stats' table."""
-    block = text.split("Job stats:")[-1]
-    return {m[1]: int(m[2]) for m in re.finditer(r"^(\w+)\s+(\d+)$", block, re.M) if m[1] != "total"}
 
 
 @pytest.fixture(scope="module")
 def demo_run(tmp_path_factory):
     work = tmp_path_factory.mktemp("demo")
     copy_workflow(work)
-    first = snakemake(work)
+    # where a machine-wide lock would go: a CPU (demo) run must not use it (l1bench run_task)
+    machine_wide = tmp_path_factory.mktemp("machine-wide-locks")
+    first = snakemake(work, env=dict(os.environ, L1BENCH_LOCK_DIR=str(machine_wide)))
+    assert not list(machine_wide.iterdir())
     return work, first
 
 
+def readme_block(marker):
+    """The lines of the README's fenced block after ``marker``, stripped."""
+    block = (ROOT / "README.md").read_text().split(marker, 1)[1].split("```", 2)[1]
+    return [line.strip() for line in block.splitlines() if line.strip()]
+
+
+@pytest.mark.slow
+def test_first_run_ends_as_the_readme_says(demo_run):
+    """The Quick start quotes how the demo's first run ends: exactly these lines, in order."""
+    _, first = demo_run
+    assert first.returncode == 1
+    printed = [line.strip() for line in (first.stdout + first.stderr).splitlines()]
+    at = 0
+    for line in readme_block("demo-first-run-ending"):
+        if "…" not in line:
+            assert line in printed[at:], (line, printed[-15:])
+            at = printed.index(line, at) + 1
+    assert at == len(printed)  # and nothing after them
+
+
+@pytest.mark.slow
 def test_first_run_fails_only_the_broken_tasks(demo_run):
     work, first = demo_run
     assert first.returncode != 0  # the hanging and the crashing task fail their jobs
@@ -74,15 +79,16 @@ def test_first_run_fails_only_the_broken_tasks(demo_run):
         assert not (res / f"check/{tid}.json").exists()
         assert not list(res.glob(f"time/*/*/{tid}.json"))
     log = (work / "logs/demo/check_task/L1_T005.log").read_text()
-    assert "timed out" in log
+    assert "held the GPU lock for more than 10 s" in log  # timeouts.demo_section
     log = (work / "logs/demo/check_task/L1_T006.log").read_text()
     assert "SIGKILL" in log
     # each broken attempt is counted across runs (l1bench.attempts)
-    for tid, kind in (("L1_T005", "timeout"), ("L1_T006", "crash")):
+    for tid, kind in (("L1_T005", "section_timeout"), ("L1_T006", "crash")):
         ledger = json.loads((res / f"attempts/check/{tid}.json").read_text())["attempts"]
         assert [a["kind"] for a in ledger] == [kind], ledger
 
 
+@pytest.mark.slow
 def test_time_results(demo_run):
     work, _ = demo_run
     res = work / "results/demo/time/paper"
@@ -100,6 +106,7 @@ def test_time_results(demo_run):
     assert json.loads((res / "default/L1_T007.json").read_text())["status"] == "no_code"
 
 
+@pytest.mark.slow
 def test_rerun_plans_only_what_failed(demo_run):
     work, _ = demo_run
     dry = snakemake(work, "-n", check=0)
@@ -109,6 +116,7 @@ def test_rerun_plans_only_what_failed(demo_run):
     assert "build_task" not in counts and "split_release" not in counts
 
 
+@pytest.mark.slow
 def test_aggregate_only_renders_partial_results(demo_run):
     work, _ = demo_run
     snakemake(work, "aggregate_only=true", check=0)
@@ -118,6 +126,9 @@ def test_aggregate_only_renders_partial_results(demo_run):
     assert (res / "figures/measured_vs_published.png").stat().st_size > 1000
     csv = (res / "scores.csv").read_text()
     assert "L1_T005" in csv and "missing" in csv
+    # a narrower selection never drops the device's other results from its tables
+    snakemake(work, "aggregate_only=true", 'tasks=["1/1"]', check=0)
+    assert "L1_T002" in (res / "scores.csv").read_text()
     # a changed rule parameter makes the recorded jobs outdated, yet aggregate_only plans none
     (work / "changed.yaml").write_text("timeouts:\n  demo: 80\n")
     changed = ["--configfile", "changed.yaml"]
@@ -127,6 +138,7 @@ def test_aggregate_only_renders_partial_results(demo_run):
     assert not {"build_task", "check_task", "time_task"} & set(only)
 
 
+@pytest.mark.slow
 def test_fresh_clone_with_results_plans_no_evaluation(demo_run, tmp_path):
     """Results copied into a fresh checkout (new mtimes, no .snakemake) are not re-timed."""
     work, _ = demo_run
@@ -143,6 +155,7 @@ def test_fresh_clone_with_results_plans_no_evaluation(demo_run, tmp_path):
     assert "build_task" not in counts
 
 
+@pytest.mark.slow
 def test_a_job_that_breaks_every_time_ends_with_a_status(demo_run, tmp_path):
     """After max_attempts broken attempts a job gets a terminal result (carried into every
     mode) instead of being retried in every run; a run after that plans nothing for it."""
@@ -161,7 +174,7 @@ def test_a_job_that_breaks_every_time_ends_with_a_status(demo_run, tmp_path):
     snakemake(tmp_path, "max_attempts=1", check=0)
     hung = json.loads((res / "check/L1_T005.json").read_text())
     assert hung["status"] == "timeout" and hung["provenance"]["worker"] is False
-    assert "timed out" in hung["reason"]
+    assert "held the GPU lock for more than" in hung["reason"]
     counts = job_counts(snakemake(tmp_path, "-n", check=0).stdout)
     assert not {"check_task", "time_task"} & set(counts)
     assert "| timeout" in (res / "per_task.md").read_text()
@@ -181,6 +194,7 @@ def test_gpu_release_without_gpu_stops_before_any_job(tmp_path, release_dir):
     assert dry.returncode == 0 and "time_task" in dry.stdout
 
 
+@pytest.mark.slow
 def test_results_decided_without_a_gpu_fill_in_on_a_cpu_machine(tmp_path, release_dir):
     """A task without code needs no GPU: device=h100 completes it here, every stage no_code."""
     copy_workflow(tmp_path)

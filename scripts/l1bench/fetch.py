@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import http.client
 import os
+import socket
 import tempfile
 import time
 import urllib.error
@@ -82,8 +83,9 @@ def download(
     The body goes to a temporary file next to ``dest`` and is moved into place
     with :func:`os.replace` only once complete and verified, so ``dest`` never
     holds a partial or wrong file. Network errors (connection, timeout, HTTP
-    5xx) are retried ``retries`` times; HTTP 4xx and checksum mismatches are not.
-    On failure an already existing ``dest`` is left untouched.
+    5xx) are retried ``retries`` times; HTTP 4xx, checksum mismatches and a host name
+    that does not resolve (no network, no DNS) are not. On failure an already existing
+    ``dest`` is left untouched.
     """
     dest = Path(dest)
     dest.parent.mkdir(parents=True, exist_ok=True)
@@ -103,6 +105,8 @@ def download(
                 continue
             except (urllib.error.URLError, http.client.HTTPException, OSError) as e:
                 reason = getattr(e, "reason", e)
+                if isinstance(reason, socket.gaierror):  # waiting does not bring a network
+                    raise FetchError(f"download failed for {url}: {reason} (no network?)") from None
                 last = FetchError(f"download failed for {url}: {reason}")
                 continue
             if sha256 and got != sha256.lower():

@@ -2,7 +2,8 @@
 
 Runs inside a Snakemake job. Snippet code never executes here: it runs in the
 child started by :func:`run_worker`, in its own process group, killed whole on
-timeout.
+timeout, when this process dies (``l1bench.lifeline``'s guard leads the group) and when the
+Snakemake process that started the job is gone.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from l1bench import lifeline
 from l1bench.gpulock import STATUS_ENV, held_seconds, waited_seconds
 from l1bench.worker import EXIT_INFRA
 
@@ -30,6 +32,15 @@ class JobFailed(RuntimeError):
     def __init__(self, message: str, kind: str = "crash"):
         super().__init__(message)
         self.kind = kind
+
+
+class JobStopped(RuntimeError):
+    """The job was stopped from outside (its Snakemake process is gone): no result, and not an
+    attempt of the task (nothing about the task broke)."""
+
+
+class WorkflowGone(subprocess.TimeoutExpired):
+    """The Snakemake process that started this job no longer runs."""
 
 
 def worker_env(package_root: Path, extra: dict | None = None) -> dict:
@@ -54,6 +65,8 @@ def run_worker(
     child spends waiting for the device lock does not count against ``timeout``.
     A child that holds the device lock for more than ``section_timeout`` seconds at a
     stretch (a hung kernel) is killed at once: every other job is waiting for that lock.
+    When the workflow that started this job is gone (``lifeline.WORKFLOW_ENV``) the child is
+    killed and :class:`JobStopped` raised; if this process dies, the child dies with it.
     """
     package_root = Path(package_root).resolve()
     with tempfile.TemporaryDirectory(prefix="l1bench-") as tmp:
@@ -72,7 +85,7 @@ def run_worker(
             log.write(f"$ {' '.join(cmd)}  (timeout {timeout:.0f} s)\n")
             log.flush()
             proc = subprocess.Popen(
-                cmd,
+                lifeline.guarded(cmd),
                 cwd=scratch,
                 stdout=log,
                 stderr=subprocess.STDOUT,
@@ -80,7 +93,13 @@ def run_worker(
                 start_new_session=True,
             )
             try:
-                rc = _wait(proc, timeout, lock_status, t0, section_timeout=section_timeout)
+                rc = _wait(
+                    proc, timeout, lock_status, t0, section_timeout=section_timeout, workflow=lifeline.workflow_token()
+                )
+            except WorkflowGone:
+                _kill_group(proc)
+                log.write("stopped: the Snakemake process that started this job is gone (no result, not an attempt)\n")
+                raise JobStopped(f"{job['tid']}: stopped, the workflow that started it is gone") from None
             except SectionTimeout:
                 _kill_group(proc)
                 raise JobFailed(f"{job['tid']}: held the GPU lock for more than {section_timeout:.0f} s", "section_timeout") from None
@@ -100,7 +119,7 @@ def run_worker(
         return json.loads(out_path.read_text())
 
 
-PATH_KEYS = ("task_dir", "ext_dir", "build_result", "check_result")
+PATH_KEYS = ("task_dir", "ext_dir", "build_result", "check_result", "lock_dir")
 
 
 def absolute_paths(job: dict) -> dict:
@@ -109,13 +128,24 @@ def absolute_paths(job: dict) -> dict:
 
 
 def _wait(
-    proc: subprocess.Popen, timeout: float, lock_status: Path, t0: float, poll: float = 0.5, section_timeout=None
+    proc: subprocess.Popen,
+    timeout: float,
+    lock_status: Path,
+    t0: float,
+    poll: float = 0.5,
+    section_timeout=None,
+    workflow: str | None = None,
 ) -> int:
-    """Wait for the child; its deadline moves on by the time it spends waiting for the lock."""
+    """Wait for the child; its deadline moves on by the time it spends waiting for the lock.
+
+    Raises :class:`WorkflowGone` once the process named by the ``workflow`` token has ended.
+    """
     while True:
         try:
             return proc.wait(timeout=poll)
         except subprocess.TimeoutExpired:
+            if not lifeline.alive(workflow):
+                raise WorkflowGone(proc.args, 0) from None
             if section_timeout and held_seconds(lock_status) > section_timeout:
                 raise SectionTimeout(proc.args, section_timeout) from None
             busy = time.monotonic() - t0 - waited_seconds(lock_status)

@@ -1,0 +1,176 @@
+"""What the workflow says before and after a run: one line for bad input, the GPU guard, the
+end-of-run hint. Used by rules/common.smk (helpers there stay thin).
+
+* :func:`config_error` — a config that fails the schema, as one line naming the key.
+* :func:`release_dir_problem` — a ``release_dir`` that does not exist or lacks the release file.
+* :func:`gpu_jobs` — which planned check/time jobs need a GPU (the guard at ``onstart``).
+* :func:`failure_hint` — after a failed or stopped run: what failed and why, what to do next.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+from pathlib import Path
+
+from l1bench import attempts
+from l1bench.worker import UPSTREAM
+
+RELEASE_LAYOUT = "a release folder holds optimized_cuda_code/ and more_baselines/ as in the upstream repository"
+
+
+# --------------------------------------------------------------------------- config
+
+
+def config_error(config: dict, schema_file: str | Path) -> str | None:
+    """The schema's most relevant complaint about ``config`` as one line ("config KEY: ..."),
+    None when it validates. (Snakemake's own message adds the schema fragment, 8-10 lines.)"""
+    import jsonschema
+    import yaml
+
+    schema = yaml.safe_load(Path(schema_file).read_text())
+    validator = jsonschema.validators.validator_for(schema)(schema)
+    err = jsonschema.exceptions.best_match(validator.iter_errors(config))
+    if err is None:
+        return None
+    where = ".".join(str(p) for p in err.absolute_path)
+    return f"config {where}: {err.message}" if where else f"config: {err.message}"
+
+
+def release_dir_problem(release_dir: str | Path, release_file: str) -> str | None:
+    """Why ``release_dir`` cannot be the release (one line naming the path), else None.
+
+    Checked whatever results are on disk: a typo must not pass as "nothing to be done".
+    The baseline files are checked with the release's checksums (common.smk).
+    """
+    root = Path(release_dir)
+    if not root.is_dir():
+        return f"release_dir={release_dir}: no such folder ({RELEASE_LAYOUT})"
+    if not (root / release_file).is_file():
+        return f"release_dir={release_dir}: {root / release_file} not found ({RELEASE_LAYOUT})"
+    return None
+
+
+# --------------------------------------------------------------------------- the GPU guard
+
+
+def _status(path: Path) -> str | None:
+    try:
+        return json.loads(path.read_text()).get("status")
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
+def decided_without_gpu(path, res, no_code_tids=(), max_attempts: int = 0, pending=frozenset()) -> bool:
+    """Whether the check/time result ``path`` is decided without a GPU (scripts/run_task.py):
+    the task has no custom code, the job already broke ``max_attempts`` times (l1bench.attempts),
+    or its build (for a check) or check (for a time job) is negative. An earlier result that is
+    itself still to be made in this run (in ``pending``) decides nothing yet."""
+    path, res = Path(path), Path(res)
+    tid = path.stem
+    if tid in no_code_tids:
+        return True
+    if attempts.given_up(attempts.load(attempts.ledger_path(res, path)), max_attempts):
+        return True
+    stage, ok = UPSTREAM[path.relative_to(res).parts[0]]
+    upstream = res / stage / f"{tid}.json"
+    if str(upstream) in pending:
+        return False
+    status = _status(upstream)
+    return status is not None and status != ok
+
+
+def gpu_jobs(outputs, res, no_code_tids=(), max_attempts: int = 0, pending=frozenset()) -> list[str]:
+    """Of the check/time results a run is about to make, those whose job needs a GPU."""
+    pending = {str(p) for p in pending}
+    return [str(p) for p in outputs if not decided_without_gpu(p, res, no_code_tids, max_attempts, pending)]
+
+
+def no_gpu_message(device: str, needed: list[str]) -> str:
+    """The guard's one line."""
+    first = needed[0] + (f" and {len(needed) - 1} more" if len(needed) > 1 else "")
+    return (
+        f"device={device} needs a CUDA GPU for {len(needed)} check/time job{'s' * (len(needed) != 1)} "
+        f"({first}), and none is visible; nothing was run. Run the CPU demo instead "
+        "(snakemake --cores 2 --config device=demo) or tabulate the results on disk "
+        f"(snakemake --cores 1 --config device={device} aggregate_only=true)"
+    )
+
+
+# --------------------------------------------------------------------------- after the run
+
+#: Set by :func:`note_stop_signals`'s handlers: the signal that stopped the run, if one did.
+STOPPED_BY: list[str] = []
+
+
+def note_stop_signals(signals=(signal.SIGTERM, signal.SIGINT)) -> None:
+    """Remember when the run is stopped by a signal (the end-of-run hint then says so instead
+    of blaming the tasks); the handlers Snakemake installed still run."""
+    for sig in signals:
+        before = signal.getsignal(sig)
+
+        def handler(signum, frame, before=before):
+            STOPPED_BY.append(signal.Signals(signum).name)
+            if callable(before):
+                before(signum, frame)
+            elif before == signal.SIG_DFL:
+                signal.signal(signum, signal.SIG_DFL)
+                signal.raise_signal(signum)
+
+        signal.signal(sig, handler)
+
+
+#: Why a job of each rule fails, as the hint says it.
+WHY = {
+    "build_task": "broke (timeout, crash)",
+    "check_task": "broke (timeout, crash, CUDA fault, out of memory)",
+    "time_task": "broke (timeout, crash, CUDA fault, out of memory)",
+    "fetch_release_file": "download failed (no network?)",
+}
+
+
+def failed_jobs(log_texts) -> dict[str, dict]:
+    """{output: {rule, log, error}} of the jobs that failed, from Snakemake logs, sorted by
+    output; ``error`` is run_task's reason from the job log (timeout, signal...) when shown."""
+    out: dict[str, dict] = {}
+    for text in log_texts:
+        for block in attempts.failed_jobs_in_snakemake_log(text):
+            error = attempts.log_error(block.get("log_text", ""))[0].removesuffix(", see log")
+            job = out.setdefault(block["output"], {"rule": block["rule"], "log": block.get("log"), "error": ""})
+            job["error"] = error or job["error"]
+    return dict(sorted(out.items()))
+
+
+def failure_hint(device: str, failed: dict[str, dict], stopped_by: str | None = None, max_attempts: int = 0,
+                 shown: int = 5) -> str:
+    """What to print when a run ends without success: stopped by a signal, or which jobs failed
+    and why, then how to go on."""
+    retry = f"snakemake --config device={device}"
+    lines = []
+    if stopped_by:
+        how = (
+            "the jobs that were running were stopped" if stopped_by == "SIGINT"
+            else "the jobs that were running were let finish"
+        )
+        lines.append(f"Stopped by {stopped_by}: {how}; every finished result is kept.")
+        lines.append(f"  continue where it stopped:            {retry}")
+    else:
+        n = len(failed)
+        lines.append(f"{n or 'Some'} job{'s' * (n != 1)} failed; every other result is kept.")
+        for output, job in list(failed.items())[:shown]:
+            why = job.get("error") or WHY.get(job["rule"], "failed")
+            log = f", log {job['log']}" if job.get("log") else ""
+            lines.append(f"  {job['rule']} {output}: {why}{log}")
+        if n > shown:
+            lines.append(f"  ... and {n - shown} more (logs/{device}/)")
+        if any(job["rule"] == "fetch_release_file" for job in failed.values()):
+            lines.append(
+                "  without network: copy the release (optimized_cuda_code/, more_baselines/) to a folder and "
+                f"run {retry} release_dir=FOLDER"
+            )
+        evaluation = [j for j in failed.values() if j["rule"] in ("build_task", "check_task", "time_task")]
+        if evaluation and max_attempts:
+            lines.append(f"  a job that broke {max_attempts} times (across runs) gets a terminal crashed/timeout result")
+        lines.append(f"  retry only what failed or is missing:  {retry}")
+    lines.append(f"  tables from the results so far:       {retry} aggregate_only=true")
+    return "\n".join(lines)

@@ -1,0 +1,90 @@
+"""Helpers of the end-to-end tests: a copy of the workflow, Snakemake in a subprocess, and the
+processes, results and job counts it leaves behind."""
+
+import hashlib
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+SNAKEMAKE = [sys.executable, "-m", "snakemake"]
+WORKFLOW = ("Snakefile", "rules", "scripts", "config", "profiles", "envs")
+MODES = ("default", "torch_compile", "torch_compile_reduce_overhead", "cuda_graph", "cudnn")
+
+
+def copy_workflow(dest, src=ROOT, extra=()):
+    """The workflow's files (and ``extra`` folders, e.g. results) copied into ``dest``."""
+    for name in WORKFLOW + tuple(extra):
+        path = Path(src) / name
+        (shutil.copytree if path.is_dir() else shutil.copy)(path, Path(dest) / name)
+
+
+def copy_committed(dest, device="h100"):
+    """A fresh clone's results/<device>: the committed files, with the times a checkout gives
+    them (new, in path order), without the task folders (regenerated, never committed)."""
+    src = ROOT / "results" / device
+    out = Path(dest) / "results" / device
+    for path in sorted(src.rglob("*")):
+        rel = path.relative_to(src)
+        if rel.parts[0] in ("tasks", "attempts") or "ext" in rel.parts or not path.is_file():
+            continue
+        (out / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(path, out / rel)
+    return out
+
+
+def job_counts(text):
+    """{rule: count} from snakemake's 'Job stats' table."""
+    block = text.split("Job stats:")[-1]
+    return {m[1]: int(m[2]) for m in re.finditer(r"^(\w+)\s+(\d+)$", block, re.M) if m[1] != "total"}
+
+
+def tree_digest(root, skip=("tasks",)):
+    """{relative path: sha256} of every file below ``root`` (but the ``skip`` folders)."""
+    root = Path(root)
+    return {
+        str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(root.rglob("*"))
+        if p.is_file() and p.relative_to(root).parts[0] not in skip
+    }
+
+
+def _proc_text(pid, name):
+    try:
+        if name == "cwd":
+            return os.readlink(f"/proc/{pid}/cwd")
+        return Path(f"/proc/{pid}/{name}").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def processes_in(folder):
+    """Live processes (not zombies) that run in ``folder`` or name it on their command line."""
+    folder, me = str(folder), os.getpid()
+    found = []
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit() or int(d.name) == me:
+            continue
+        stat = _proc_text(d.name, "stat")
+        if not stat or stat.rsplit(")", 1)[-1].split()[0] in ("Z", "X"):
+            continue
+        if folder in _proc_text(d.name, "cmdline") or _proc_text(d.name, "cwd").startswith(folder):
+            found.append((int(d.name), _proc_text(d.name, "cmdline")[:200]))
+    return found
+
+
+def wait_for(cond, timeout, step=0.2):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if cond():
+            return True
+        time.sleep(step)
+    return bool(cond())
+
+
+def run(cmd, cwd, timeout=600, **kw):
+    return subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=timeout, **kw)

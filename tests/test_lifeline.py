@@ -1,0 +1,183 @@
+"""No worker outlives its job, and no job its workflow (l1bench.lifeline, runner)."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from l1bench import lifeline, release, split
+from l1bench.runner import JobFailed, JobStopped, run_worker
+
+ROOT = Path(__file__).resolve().parents[1]
+DEMO = ROOT / "config/demo/optimized_cuda_code/demo.json"
+PAPER = dict(seed=42, correctness_trials=1, atol=1e-2, rtol=1e-2, warmup=1, outer_trials=1, inner_trials=1,
+             early_stop_below=None, inputs_on_device=True)
+
+pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="process handling is tested on Linux")
+
+
+@pytest.fixture(scope="module")
+def tasks(tmp_path_factory):
+    root = tmp_path_factory.mktemp("tasks")
+    split.split_release(release.load_release(DEMO), root, "demo", {"path": "demo", "sha256": "x"})
+    return root
+
+
+def hanging_job(tasks, tmp_path):
+    """The demo's task whose forward never returns (it holds the device lock meanwhile)."""
+    build = tmp_path / "build.json"
+    build.write_text(json.dumps({"kind": "build", "status": "ok", "reason": ""}))
+    return {
+        "kind": "check",
+        "backend": "cpu",
+        "tid": "L1_T005",
+        "task_dir": str(tasks / "L1_T005"),
+        "ext_dir": str(tmp_path / "ext"),
+        "params": dict(PAPER),
+        "build_result": str(build),
+        "lock_dir": str(tmp_path),
+    }
+
+
+def running(pid):
+    return lifeline.alive(lifeline.process_token(pid))
+
+
+def pids_running(needle, guards=True):
+    """Live processes whose command line contains ``needle`` (without the guards: only those
+    that are not l1bench.lifeline's guard)."""
+    out = []
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                cmd = (d / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            except OSError:
+                continue
+            if needle in cmd and running(int(d.name)) and (guards or "l1bench.lifeline" not in cmd):
+                out.append(int(d.name))
+    return out
+
+
+def wait_for(cond, timeout, step=0.1):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if cond():
+            return True
+        time.sleep(step)
+    return cond()
+
+
+def test_tokens_tell_a_running_process_from_a_gone_one():
+    assert lifeline.alive(lifeline.process_token())
+    assert lifeline.alive(None)  # outside a workflow nothing is watched
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    token = lifeline.process_token(child.pid)
+    assert wait_for(lambda: not lifeline.alive(token), 10)  # a zombie is gone, too
+    child.wait()
+    assert not lifeline.alive(token)
+    pid, start = lifeline.process_token().split(":")
+    assert not lifeline.alive(f"{pid}:{int(start) + 1}")  # the same pid, another process
+
+
+def test_the_guard_passes_the_exit_status_on():
+    env = dict(os.environ, PYTHONPATH=str(ROOT / "scripts"))
+    exit7 = lifeline.guarded([sys.executable, "-c", "raise SystemExit(7)"])
+    assert subprocess.run(exit7, env=env).returncode == 7
+    for sig in (signal.SIGKILL, signal.SIGTERM):
+        kill = f"import os; os.kill(os.getpid(), {int(sig)})"
+        assert subprocess.run(lifeline.guarded([sys.executable, "-c", kill]), env=env).returncode == -sig
+
+
+def test_a_worker_dies_with_its_job_script(tasks, tmp_path):
+    """kill -9 of the process that runs the job (the job script): its worker, and what the
+    worker started, go too instead of running on (on a GPU: holding the lock)."""
+    job = tmp_path / "job.json"
+    job.write_text(json.dumps(hanging_job(tasks, tmp_path)))
+    script = (
+        "import json, sys; sys.path.insert(0, sys.argv[1]);"
+        "from l1bench.runner import run_worker;"
+        "run_worker(json.load(open(sys.argv[2])), 600, sys.argv[3], sys.argv[1])"
+    )
+    log = tmp_path / "job.log"
+    job_script = subprocess.Popen([sys.executable, "-c", script, str(ROOT / "scripts"), str(job), str(log)])
+    worker_job = "(not started)"
+    try:
+        # the worker's job file lies in a scratch folder named in the log's "$ ..." line
+        assert wait_for(lambda: log.exists() and "l1bench.worker" in log.read_text(), 60)
+        worker_job = log.read_text().split("l1bench.worker ", 1)[1].split()[0]
+        assert wait_for(lambda: pids_running(worker_job), 30)
+        assert wait_for(lambda: (tmp_path / "l1bench-cpu.lock").exists(), 60)  # in its GPU section
+        job_script.kill()
+        job_script.wait()
+        assert wait_for(lambda: not pids_running(worker_job), 10), "the worker outlived its job"
+    finally:  # leave nothing behind, whatever happened
+        job_script.kill()
+        for pid in pids_running(worker_job):
+            os.kill(pid, signal.SIGKILL)
+
+
+def test_a_job_stops_when_its_workflow_is_gone(tasks, tmp_path, monkeypatch):
+    """The Snakemake process ends (kill -9): a running job stops its worker at once and ends
+    without a result, as a stop, not as a broken attempt (JobFailed)."""
+    workflow = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(2)"])
+    monkeypatch.setenv(lifeline.WORKFLOW_ENV, lifeline.process_token(workflow.pid))
+    log = tmp_path / "job.log"
+    t0 = time.monotonic()
+    with pytest.raises(JobStopped):
+        run_worker(hanging_job(tasks, tmp_path), 20, log, ROOT / "scripts")
+    assert time.monotonic() - t0 < 15  # well before its own timeout (not a timing assertion)
+    worker_job = log.read_text().split("l1bench.worker ", 1)[1].split()[0]
+    assert not pids_running(worker_job)
+    assert "not an attempt" in log.read_text()
+    workflow.wait()
+
+
+def test_a_job_of_a_running_workflow_is_not_stopped(tasks, tmp_path, monkeypatch):
+    monkeypatch.setenv(lifeline.WORKFLOW_ENV, lifeline.process_token())
+    with pytest.raises(JobFailed, match="SIGKILL"):
+        job = hanging_job(tasks, tmp_path) | {"tid": "L1_T006", "task_dir": str(tasks / "L1_T006")}
+        run_worker(job, 60, tmp_path / "crash.log", ROOT / "scripts")
+
+
+def test_the_command_dies_with_its_guard(tmp_path):
+    """A guard killed outright (SIGKILL: a timeout's kill) takes its command along."""
+    env = dict(os.environ, PYTHONPATH=str(ROOT / "scripts"))
+    marker = f"sleep-{tmp_path.name}"
+    guard = subprocess.Popen(lifeline.guarded([sys.executable, "-c", "import time; time.sleep(300)", marker]), env=env)
+    try:
+        assert wait_for(lambda: pids_running(marker, guards=False), 30)
+        guard.kill()
+        guard.wait()
+        assert wait_for(lambda: not pids_running(marker), 10)
+    finally:
+        for pid in pids_running(marker):
+            os.kill(pid, signal.SIGKILL)
+
+
+def test_a_job_script_ends_with_its_workflow(tmp_path):
+    """exit_with_workflow: a job script doing its work in its own children (the reference scan)
+    ends once the workflow is gone, and its guarded children with it."""
+    workflow = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(2)"])
+    env = dict(os.environ, PYTHONPATH=str(ROOT / "scripts"),
+               **{lifeline.WORKFLOW_ENV: lifeline.process_token(workflow.pid)})
+    marker = f"child-{tmp_path.name}"
+    script = (
+        "import subprocess, sys, time; from l1bench import lifeline; lifeline.exit_with_workflow(0.1);"
+        f"subprocess.Popen(lifeline.guarded([sys.executable, '-c', 'import time; time.sleep(300)', '{marker}']));"
+        "time.sleep(300)"
+    )
+    job = subprocess.Popen([sys.executable, "-c", script], env=env)
+    try:
+        assert wait_for(lambda: pids_running(marker, guards=False), 30)
+        assert job.wait(timeout=30) == 1
+        assert wait_for(lambda: not pids_running(marker), 10)
+    finally:
+        job.kill()
+        workflow.wait()
+        for pid in pids_running(marker):
+            os.kill(pid, signal.SIGKILL)

@@ -1,0 +1,95 @@
+"""scripts/run_task.py, the job script of build/check/time, with a stand-in Snakemake object."""
+
+import json
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from l1bench import lifeline, release, split
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "scripts"))
+
+import run_task  # noqa: E402
+
+DEMO = ROOT / "config/demo/optimized_cuda_code/demo.json"
+PAPER = dict(seed=42, correctness_trials=1, atol=1e-2, rtol=1e-2, warmup=1, outer_trials=1, inner_trials=1,
+             early_stop_below=None, inputs_on_device=True)
+
+
+class Named(list):
+    """A list with attributes, as Snakemake's input/output/log objects are."""
+
+    def __init__(self, items=(), **named):
+        super().__init__(items or named.values())
+        self.__dict__.update(named)
+
+
+def fake_smk(work, kind, tid, backend="cpu", **params):
+    res = work / "results/demo"
+    output = {"build": f"{res}/build/{tid}.json", "check": f"{res}/check/{tid}.json"}[kind]
+    inputs = {"meta": f"{res}/tasks/{tid}/meta.json"}
+    if kind == "check":
+        inputs["build"] = str(work / "build.json")
+    protocol = {"release": "x", "paper": dict(PAPER)} | ({"build": {"max_jobs": 1, "cuda_arch_list": ""}} if kind == "build" else {})
+    return SimpleNamespace(
+        rule=f"{kind}_task",
+        input=Named(**inputs),
+        output=Named([output]),
+        log=Named([str(work / f"{kind}.log")]),
+        wildcards=SimpleNamespace(tid=tid),
+        config={"results_dir": str(work / "results"), "device": "demo", "max_attempts": 3},
+        scriptdir=str(ROOT / "scripts"),
+        params=SimpleNamespace(
+            kind=kind, backend=backend, protocol_params=protocol, ext_dir=str(res / "build/ext" / tid), timeout=60,
+            section_timeout=30, **params,
+        ),
+    )
+
+
+@pytest.fixture
+def work(tmp_path):
+    split.split_release(release.load_release(DEMO), tmp_path / "results/demo/tasks", "demo", {"path": "demo", "sha256": "x"})
+    (tmp_path / "build.json").write_text(json.dumps({"kind": "build", "status": "ok", "reason": ""}))
+    return tmp_path
+
+
+def test_cpu_locks_belong_to_the_results_directory(work, tmp_path_factory, monkeypatch):
+    """The demo's (CPU) lock lies in its results directory, not machine-wide: runs of other
+    clones, and the tests, never wait for each other. GPU locks stay machine-wide."""
+    machine_wide = tmp_path_factory.mktemp("machine-wide-locks")
+    monkeypatch.setenv("L1BENCH_LOCK_DIR", str(machine_wide))
+    monkeypatch.delenv(lifeline.WORKFLOW_ENV, raising=False)
+    smk = fake_smk(work, "check", "L1_T001")
+    assert run_task.make_job(smk)["lock_dir"] == str(work / "results/demo/tmp")
+    assert "lock_dir" not in run_task.make_job(fake_smk(work, "check", "L1_T001", backend="cuda"))
+    run_task.main(smk)
+    assert json.loads(Path(smk.output[0]).read_text())["status"] == "pass"
+    assert (work / "results/demo/tmp/l1bench-cpu.lock").exists()
+    assert not list(machine_wide.iterdir())
+
+
+def test_the_task_folder_is_found_without_a_meta_input(work):
+    """A job whose result exists takes no meta.json input while the release is still to be
+    split (common.smk): the task folder comes from the results directory."""
+    smk = fake_smk(work, "check", "L1_T001")
+    del smk.input.meta
+    assert run_task.make_job(smk)["task_dir"] == str(work / "results/demo/tasks/L1_T001")
+
+
+def test_a_stopped_job_is_not_an_attempt(work, monkeypatch):
+    """Its Snakemake process is gone: the job ends without a result and without a ledger entry
+    (attempts count only what broke by itself)."""
+    import subprocess
+
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    monkeypatch.setenv(lifeline.WORKFLOW_ENV, f"{gone.pid}:0")  # no such process (any more)
+    smk = fake_smk(work, "check", "L1_T005")  # hangs: only the stop ends it
+    with pytest.raises(SystemExit, match="stopped"):
+        run_task.main(smk)
+    assert not Path(smk.output[0]).exists()
+    assert not (work / "results/demo/attempts/check/L1_T005.json").exists()
+    assert "not an attempt" in Path(smk.log[0]).read_text()
