@@ -331,3 +331,14 @@ def test_the_first_section_places_the_job_on_a_free_gpu_and_shows_it_only_that_o
         lock = worker.claim_gpu(job, {}, None)
     assert job["lock_device"] == "cuda:1" and os.environ.get("CUDA_VISIBLE_DEVICES") == "1"
     lock.__exit__(None, None, None)
+
+
+def test_gpu_locks_are_named_after_the_physical_gpu(tmp_path):
+    """Two runs naming one GPU differently (index or UUID) share its lock file."""
+    for bus, uuid in (("0000:2a:00.0", "GPU-bbb"), ("0000:18:00.0", "GPU-aaa")):
+        (tmp_path / bus).mkdir()
+        (tmp_path / bus / "information").write_text(f"Model: NVIDIA H200\nGPU UUID: {uuid}\nBus Location: {bus}\n")
+    assert gpulock.physical_gpu_name("0", str(tmp_path)) == "GPU-aaa"  # PCI bus order
+    assert gpulock.physical_gpu_name("1", str(tmp_path)) == "GPU-bbb"
+    assert gpulock.physical_gpu_name("GPU-bbb", str(tmp_path)) == "GPU-bbb"
+    assert gpulock.physical_gpu_name("7", str(tmp_path)) == "7"  # not in /proc: as named

@@ -348,7 +348,7 @@ class DeviceLock:
     def __init__(self, device: str, lock_dir=None, stats: dict | None = None, before_pause=None):
         lock_dir = Path(lock_dir) if lock_dir else default_lock_dir()
         lock_dir.mkdir(parents=True, exist_ok=True)
-        gpu = device.split(":", 1)[1] if ":" in device else "0"
+        gpu = physical_gpu_name(device.split(":", 1)[1] if ":" in device else "0")
         name = "cpu" if device == "cpu" else "gpu" + "".join(c if c.isalnum() else "-" for c in gpu)
         self.device = device
         self.path = lock_dir / f"l1bench-{name}.lock"
@@ -507,6 +507,24 @@ def claim_free_device(
 def timing_cpu_of(index: int) -> int | None:
     """The timing CPU of visible device ``index`` (None when none was reserved)."""
     return _TIMING_PLAN[index] if 0 <= index < len(_TIMING_PLAN) else None
+
+
+def physical_gpu_name(gpu_id: str, proc_gpus: str = "/proc/driver/nvidia/gpus") -> str:
+    """A GPU's UUID for ``gpu_id`` as ``CUDA_VISIBLE_DEVICES`` names it (an index, or a UUID),
+    from the driver's /proc entries (no call into the driver), so that two runs naming one GPU
+    differently still share its lock; ``gpu_id`` itself where /proc does not say. Indices are
+    taken in PCI bus order (CUDA's order for identical GPUs)."""
+    if gpu_id.startswith("GPU-") or not gpu_id.isdigit():
+        return gpu_id
+    try:
+        buses = sorted(d for d in os.listdir(proc_gpus) if ":" in d)
+        text = Path(proc_gpus, buses[int(gpu_id)], "information").read_text()
+    except (OSError, IndexError):
+        return gpu_id
+    for line in text.splitlines():
+        if line.startswith("GPU UUID:"):
+            return line.split(":", 1)[1].strip() or gpu_id
+    return gpu_id
 
 
 def visible_gpu_ids(proc_gpus: str = "/proc/driver/nvidia/gpus") -> list[str]:
