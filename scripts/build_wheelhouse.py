@@ -7,7 +7,9 @@ carry the folder over::
 
     python scripts/build_wheelhouse.py --dest .whl --python-version 3.12
 
-The pinned list lives in ``envs/requirements-gpu-node.txt``. Pure-Python
+The pinned list lives in ``envs/requirements-gpu-node.txt``; ``--slurm`` adds
+``envs/requirements-slurm.txt`` (the SLURM executor plugin of ``profiles/slurm`` and what it
+needs beyond that list), for the nodes of a cluster. Pure-Python
 packages published only as sdists (:data:`SDIST_ONLY`) are built into
 ``py3-none-any`` wheels here with ``pip wheel``. After the download
 :func:`missing_requirements` checks that every ``Requires-Dist`` of every wheel
@@ -35,6 +37,7 @@ except ImportError:  # pragma: no cover - pip always vendors packaging
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_REQUIREMENTS = ROOT / "envs" / "requirements-gpu-node.txt"
+SLURM_REQUIREMENTS = ROOT / "envs" / "requirements-slurm.txt"
 
 #: pip ``--platform`` tags accepted on a glibc >= 2.28 linux x86_64 node.
 PLATFORMS = (
@@ -54,6 +57,23 @@ def read_requirements(path: str | Path) -> list[str]:
     """Requirement lines of ``path`` without comments and blank lines."""
     lines = (line.split("#", 1)[0].strip() for line in Path(path).read_text().splitlines())
     return [line for line in lines if line]
+
+
+def merge_requirements(paths) -> list[str]:
+    """The requirement lines of several files, each name once; a name pinned differently in
+    two files is an error (ValueError, one line naming both)."""
+    seen: dict[str, tuple[str, Path]] = {}
+    out = []
+    for path in paths:
+        for line in read_requirements(path):
+            name = canonicalize_name(Requirement(line).name)
+            if name in seen:
+                if Requirement(seen[name][0]).specifier != Requirement(line).specifier:
+                    raise ValueError(f"{path}: {line} conflicts with {seen[name][0]} in {seen[name][1]}")
+                continue
+            seen[name] = (line, Path(path))
+            out.append(line)
+    return out
 
 
 def pip_download_command(
@@ -107,19 +127,43 @@ def missing_requirements(folder: str | Path, python_version: str = "3.12") -> li
     Every ``Requires-Dist`` whose marker is true for the target (extras off)
     must be matched, name and version, by a wheel in the same folder.
     """
-    env = marker_environment(python_version)
     metas = [wheel_metadata(w) for w in sorted(Path(folder).glob("*.whl"))]
-    have = {canonicalize_name(m["Name"]): Version(m["Version"]) for m in metas}
+    dists = [(m["Name"], m["Version"], m.get_all("Requires-Dist") or []) for m in metas]
+    return _unmet(dists, python_version, "not in wheelhouse")
+
+
+def missing_from_pins(requirements: list[str], requires_of, python_version: str = "3.12") -> list[str]:
+    """Unmet requirements of pinned distributions, one readable line each: what
+    :func:`missing_requirements` would report for a wheelhouse of exactly these pins, read from
+    metadata instead of wheels (no download). ``requires_of(name, version)`` gives a
+    distribution's ``Requires-Dist`` lines, or None where its metadata is not at hand (then its
+    own requirements are not checked)."""
+    dists = []
+    for line in requirements:
+        req = Requirement(line)
+        pins = [sp.version for sp in req.specifier if sp.operator == "=="]
+        if not pins:
+            raise ValueError(f"{line}: not pinned (name==version)")
+        dists.append((req.name, pins[0], requires_of(req.name, pins[0])))
+    return _unmet([d for d in dists if d[2] is not None] + [(n, v, []) for n, v, r in dists if r is None],
+                  python_version, "not pinned")
+
+
+def _unmet(dists, python_version: str, absent: str) -> list[str]:
+    """Requirements of ``dists`` ([(name, version, Requires-Dist lines)]) that no other of
+    them meets, markers evaluated for the target (extras off)."""
+    env = marker_environment(python_version)
+    have = {canonicalize_name(name): Version(version) for name, version, _ in dists}
     missing = []
-    for meta in metas:
-        for line in meta.get_all("Requires-Dist") or []:
+    for name, version, requires in dists:
+        for line in requires:
             req = Requirement(line)
             if req.marker is not None and not req.marker.evaluate(env):
                 continue
             got = have.get(canonicalize_name(req.name))
             if got is None or not req.specifier.contains(got, prereleases=True):
-                found = f"found {got}" if got else "not in wheelhouse"
-                missing.append(f"{meta['Name']} {meta['Version']} requires {line.split(';')[0].strip()} ({found})")
+                found = f"found {got}" if got else absent
+                missing.append(f"{name} {version} requires {line.split(';')[0].strip()} ({found})")
     return missing
 
 
@@ -127,12 +171,20 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--dest", required=True, type=Path, help="wheelhouse folder (keep it out of git)")
     ap.add_argument("--python-version", default="3.12", help="target CPython version (default 3.12)")
-    ap.add_argument("--requirements", type=Path, default=DEFAULT_REQUIREMENTS, help="pinned list")
+    ap.add_argument("--requirements", type=Path, action="append",
+                    help=f"pinned list (repeatable; default {DEFAULT_REQUIREMENTS.relative_to(ROOT)})")
+    ap.add_argument("--slurm", action="store_true",
+                    help=f"also the SLURM executor of profiles/slurm ({SLURM_REQUIREMENTS.relative_to(ROOT)})")
     ap.add_argument("--python", default=sys.executable, help="interpreter whose pip downloads")
     args = ap.parse_args(argv)
 
+    files = (args.requirements or [DEFAULT_REQUIREMENTS]) + ([SLURM_REQUIREMENTS] if args.slurm else [])
+    try:
+        reqs = merge_requirements(files)
+    except ValueError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
     args.dest.mkdir(parents=True, exist_ok=True)
-    reqs = read_requirements(args.requirements)
     sdist = [r for r in reqs if canonicalize_name(Requirement(r).name) in SDIST_ONLY]
     binary = [r for r in reqs if r not in sdist]
     cmds = [pip_download_command(args.dest, args.python_version, binary, args.python)]

@@ -14,6 +14,9 @@ def pytest_configure(config):
     config.addinivalue_line(
         "markers", "slow: end-to-end runs of the workflow (minutes); skip with -m 'not slow', CI runs them"
     )
+    config.addinivalue_line(
+        "markers", "slurm: runs a real single-node SLURM (opt-in: L1_SLURM_TEST=1, as root; CI runs it)"
+    )
 
 
 def _release_dir():

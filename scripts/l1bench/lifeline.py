@@ -4,11 +4,13 @@ Two links, so that killing the Snakemake process (``kill -9``, the end of a time
 lost terminal) leaves nothing running, on a GPU nothing that keeps taking the device lock:
 
 * **workflow -> job script.** The Snakemake process exports a token naming itself
-  (:data:`WORKFLOW_ENV`: pid and start time, so a reused pid is not mistaken for it); every
-  job script inherits it, and the runner (``runner.run_worker``) checks it while its worker
-  runs. Once the workflow is gone the job stops its worker and ends without a result. That is
-  not an attempt of the task (``l1bench.attempts`` counts only attempts that broke by
-  themselves).
+  (:data:`WORKFLOW_ENV`: pid and start time, so a reused pid is not mistaken for it, and its
+  host); every job script inherits it, and the runner (``runner.run_worker``) checks it while
+  its worker runs. Once the workflow is gone the job stops its worker and ends without a
+  result. That is not an attempt of the task (``l1bench.attempts`` counts only attempts that
+  broke by themselves). A job on another host than its workflow (a cluster job: sbatch passes
+  the environment on) cannot see that process and does not watch it; the cluster's scheduler
+  cancels the jobs of a run that is stopped.
 * **job script -> worker.** The worker runs under a small guard (``python -m l1bench.lifeline
   PARENT_PID CMD...``) that leads the worker's process group and asks the kernel to signal it
   when its parent, the job script, dies (``PR_SET_PDEATHSIG``; elsewhere it polls its parent);
@@ -21,6 +23,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -55,12 +58,16 @@ def process_token(pid: int | None = None) -> str:
 
 
 def alive(token: str | None) -> bool:
-    """Whether the process named by a :func:`process_token` still runs (True for no token).
+    """Whether the process named by a :func:`process_token` still runs (True for no token,
+    and for a token that :func:`mark_workflow` made on another host: it cannot be seen here).
 
     A zombie (exited, not yet reaped) counts as gone, and so does another process that got the
     same pid later.
     """
     if not token:
+        return True
+    token, _, host = token.partition("@")
+    if host and host != socket.gethostname():
         return True
     pid_s, _, start = token.partition(":")
     try:
@@ -83,8 +90,9 @@ def alive(token: str | None) -> bool:
 
 
 def mark_workflow() -> str:
-    """In the Snakemake process: export its token, so every job it starts can watch it."""
-    token = process_token()
+    """In the Snakemake process: export its token (``pid:start@host``), so every job it starts
+    on this host can watch it."""
+    token = f"{process_token()}@{socket.gethostname()}"
     os.environ[WORKFLOW_ENV] = token
     return token
 

@@ -1,0 +1,235 @@
+"""The demo release through the SLURM profile (profiles/slurm), on a real single-node SLURM.
+
+Opt-in: ``L1_SLURM_TEST=1 python -m pytest tests/test_slurm.py`` as root (CI does). It installs
+slurm-wlm, slurmdbd, munge and mariadb-server from Debian's packages where missing, starts a
+one-node cluster (scripts/slurm_local.py: slurmctld, slurmd in its own PID/UTS namespaces so
+its jobs run as on another host, slurmdbd on a private MariaDB so sacct lists every job,
+partitions ``cpu`` and ``gpu``, fake GPUs as GRES) and stops it afterwards. Without root, or
+where the packages cannot be installed, it skips with one line.
+
+The same demo runs twice from two copies of the workflow: locally (the default profile) and
+through SLURM. Both runs time on the CPU, so their scores differ from run to run; the test
+compares what must not differ: the set of results and every status (build, check, time, the
+reference scan's verdicts, the attempts ledgers of the two broken tasks, and the rows and
+statuses of scores.csv), never a timing number. The demo's hanging and crashing tasks fail
+their jobs in both runs alike.
+"""
+
+import csv
+import json
+import os
+import re
+import subprocess
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from helpers import SNAKEMAKE, copy_workflow, tree_digest
+
+pytestmark = [pytest.mark.slurm, pytest.mark.slow]
+
+ENABLE_ENV = "L1_SLURM_TEST"
+GPU_RULES = {"check_task", "time_task"}
+BROKEN = ("L1_T005", "L1_T006")  # the demo's hanging and crashing tasks
+#: The plugin checks job states every few seconds here (40 s by default), files appear at once.
+FAST = ["--slurm-init-seconds-before-status-checks", "3", "--latency-wait", "5"]
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    if os.environ.get(ENABLE_ENV) != "1":
+        pytest.skip(f"SLURM end-to-end test off: set {ENABLE_ENV}=1 (as root; installs slurm-wlm, munge, mariadb with apt-get)")
+    import slurm_local
+
+    try:
+        c = slurm_local.start(tmp_path_factory.mktemp("slurm"))
+    except slurm_local.SlurmUnavailable as err:
+        pytest.skip(f"no SLURM here: {err}")
+    yield c
+    c.stop()
+
+
+def snakemake(workdir, args, env=None, timeout=900):
+    proc = subprocess.run(SNAKEMAKE + args, cwd=workdir, capture_output=True, text=True, timeout=timeout,
+                          env={**os.environ, **(env or {})})
+    return proc, proc.stdout + proc.stderr
+
+
+def slurm_args(*extra):
+    return ["--workflow-profile", "profiles/slurm", *FAST, "--config", "device=demo", *extra]
+
+
+@pytest.fixture(scope="module")
+def runs(cluster, tmp_path_factory):
+    """The demo run locally and through SLURM, each followed by its tables (aggregate_only)."""
+    local = tmp_path_factory.mktemp("local")
+    copy_workflow(local)
+    first, local_log = snakemake(local, ["--cores", "2", "--retries", "0", "--config", "device=demo"])
+    tables, out = snakemake(local, ["--cores", "1", "--config", "device=demo", "aggregate_only=true"])
+    assert tables.returncode == 0, out[-3000:]
+
+    remote = tmp_path_factory.mktemp("remote")
+    copy_workflow(remote)
+    env = cluster.profile_env()
+    t0 = time.monotonic()
+    s_first, s_log = snakemake(remote, slurm_args("--retries", "0"), env)
+    s_tables, s_out = snakemake(remote, slurm_args("aggregate_only=true"), env)
+    assert s_tables.returncode == 0, s_out[-3000:]
+    print(f"demo through SLURM: {time.monotonic() - t0:.0f} s; sacct:\n{cluster.sacct_lines()}")
+    return {"local": local, "remote": remote, "local_rc": first.returncode, "remote_rc": s_first.returncode,
+            "logs": [s_log, s_out], "local_log": local_log, "env": env}
+
+
+def statuses(root):
+    """{result path: status} of every build, check and time result below results/demo."""
+    res = Path(root) / "results/demo"
+    return {
+        str(p.relative_to(res)): json.loads(p.read_text())["status"]
+        for stage in ("build", "check", "time")
+        for p in sorted(res.glob(f"{stage}/**/*.json"))
+    }
+
+
+def ledgers(root):
+    res = Path(root) / "results/demo/attempts"
+    return {str(p.relative_to(res)): [a["kind"] for a in json.loads(p.read_text())["attempts"]]
+            for p in sorted(res.rglob("*.json"))}
+
+
+def score_rows(root):
+    with open(Path(root) / "results/demo/scores.csv", newline="") as fh:
+        return {(r["tid"], r["mode"], r["protocol"]): (r["status"], r["check_status"]) for r in csv.DictReader(fh)}
+
+
+def scan_verdicts(root):
+    scan = json.loads((Path(root) / "results/demo/reference_scan.json").read_text())
+    return {tid: v["verdict"] for tid, v in scan.items()}
+
+
+def submitted(log_text):
+    """{SLURM job id: Snakemake job id} of every job the run submitted (its log)."""
+    return {m[2]: m[1] for m in re.finditer(r"Job (\d+) has been submitted with SLURM jobid (\d+)", log_text)}
+
+
+def run_ids(log_text):
+    return set(re.findall(r"SLURM run ID: (\S+)", log_text))
+
+
+def test_demo_through_slurm_ends_as_the_local_run(runs):
+    """Same results, same statuses, the broken tasks failing their jobs the same way."""
+    local, remote = runs["local"], runs["remote"]
+    assert runs["local_rc"] != 0 and runs["remote_rc"] != 0  # the two broken tasks fail their jobs
+    want = statuses(local)
+    assert len(want) == 11 + 9 + 9 * 5  # builds, checks and time results of every task not broken
+    assert statuses(remote) == want
+    for tid in BROKEN:
+        assert f"check/{tid}.json" not in want
+    assert ledgers(remote) == ledgers(local)
+    assert {k: len(v) for k, v in ledgers(local).items()} == {f"check/{t}.json": 1 for t in BROKEN}
+    assert score_rows(remote) == score_rows(local) and len(score_rows(local)) == 11 * 5
+    assert scan_verdicts(remote) == scan_verdicts(local)
+
+
+def test_every_job_went_through_sbatch(runs, cluster):
+    """sacct lists one SLURM job per Snakemake job, each on its rule's partition; check and
+    time jobs got a GPU (a fake one) and build jobs none."""
+    logs = "\n".join(runs["logs"])
+    ids = submitted(logs)
+    records = [r for r in cluster.sacct() if r["JobName"] in run_ids(logs)]
+    assert len(ids) == len(set(ids)) and {r["JobIDRaw"] for r in records} == set(ids)
+    rules = Counter(re.match(r"rule_(\w+?)(_wildcards_.*)?$", r["Comment"]).group(1) for r in records)
+    # every job the local run executed, plus the tables: no job ran outside SLURM
+    ran = Counter(m for m in re.findall(r"^(?:rule|localrule) (\w+):", runs["local_log"], re.M) if m != "all")
+    assert rules == ran + Counter({"aggregate_results": 1})
+    assert rules["build_task"] == 11 and rules["check_task"] == 11 and rules["time_task"] == 9 * 5
+    for r in records:
+        rule = re.match(r"rule_(\w+?)(_wildcards_|$)", r["Comment"]).group(1)
+        gpu = rule in GPU_RULES
+        assert r["Partition"] == (cluster.gpu_partition if gpu else cluster.cpu_partition), r
+        assert ("gres/gpu=1" in r["AllocTRES"]) == gpu, r
+    failed = {r["Comment"] for r in records if r["State"] != "COMPLETED"}
+    assert failed == {f"rule_check_task_wildcards_{t}" for t in BROKEN}
+
+
+def _watch_and_interrupt(workdir, targets, done, log):
+    """Cancel one job (scancel) and requeue another (as preemption does) while their workers
+    run: a job counts as running once its log names the worker's command."""
+    acted = {}
+    deadline = time.monotonic() + 300
+    while len(acted) < len(targets) and not done.is_set() and time.monotonic() < deadline:
+        queue = subprocess.run(["squeue", "-h", "-o", "%i|%T|%k"], capture_output=True, text=True).stdout
+        for line in queue.splitlines():
+            jobid, state, comment = (line.split("|") + ["", ""])[:3]
+            for key, (action, job_log) in targets.items():
+                if key in acted or state != "RUNNING" or not comment.endswith(key):
+                    continue
+                if "l1bench.worker" in ((workdir / job_log).read_text(errors="replace") if (workdir / job_log).exists() else ""):
+                    cmd = ["scancel", jobid] if action == "cancel" else ["scontrol", "requeue", jobid]
+                    subprocess.run(cmd, check=True)
+                    acted[key] = jobid
+                    log.append(f"{' '.join(cmd)} ({key})")
+        time.sleep(0.1)
+    return acted
+
+
+def test_a_cancelled_or_preempted_job_is_retried_and_nothing_is_lost(runs, cluster):
+    """scancel of a running time job: Snakemake submits it again (retries: 1 in the profile);
+    requeue of another (what preemption with PreemptMode=REQUEUE does; sbatch --requeue):
+    SLURM starts it again. Both results come back with the statuses of the first run, every
+    other result stays as it was, neither interruption counts as a broken attempt, and no
+    worker outlives its job."""
+    remote = runs["remote"]
+    res = remote / "results/demo"
+    redo = {"paper_torch_compile_L1_T001": "time/paper/torch_compile/L1_T001.json",
+            "paper_torch_compile_L1_T002": "time/paper/torch_compile/L1_T002.json",
+            "paper_default_L1_T001": "time/paper/default/L1_T001.json"}
+    before = statuses(remote)
+    for rel in redo.values():
+        (res / rel).unlink()
+    untouched = tree_digest(res, skip=("tasks", "tmp"))
+    targets = {"paper_torch_compile_L1_T001": ("cancel", "logs/demo/time_task/paper/torch_compile/L1_T001.log"),
+               "paper_torch_compile_L1_T002": ("requeue", "logs/demo/time_task/paper/torch_compile/L1_T002.log")}
+    for _, job_log in targets.values():
+        (remote / job_log).unlink(missing_ok=True)
+    done, actions, acted = threading.Event(), [], {}
+    watcher = threading.Thread(target=lambda: acted.update(_watch_and_interrupt(remote, targets, done, actions)))
+    watcher.start()
+    try:
+        proc, out = snakemake(remote, [f"results/demo/{rel}" for rel in redo.values()] + slurm_args(), runs["env"],
+                              timeout=600)
+    finally:
+        done.set()
+        watcher.join()
+    print("\n".join(actions), "\n", cluster.sacct_lines(duplicates=True))
+    assert set(acted) == set(targets), (actions, out[-3000:])
+    assert proc.returncode == 0, out[-3000:]
+    assert statuses(remote) == before  # they come back, as they were
+    after = tree_digest(res, skip=("tasks", "tmp"))
+    assert {k: v for k, v in after.items() if k not in redo.values()} == untouched  # the rest as it was
+    assert not (res / "attempts/time").exists()  # not attempts of the task
+    records = {r["JobIDRaw"]: r for r in cluster.sacct(jobs=",".join(acted.values()), all_records=True)}
+    cancelled = acted["paper_torch_compile_L1_T001"]
+    assert cluster.sacct(jobs=cancelled)[0]["State"].startswith("CANCELLED")
+    again = [r for r in cluster.sacct() if r["Comment"].endswith("paper_torch_compile_L1_T001")
+             and r["JobName"] in run_ids(out)]
+    assert [r["State"] for r in again] == [cluster.sacct(jobs=cancelled)[0]["State"], "COMPLETED"]
+    requeued = [r["State"] for r in cluster.sacct(jobs=acted["paper_torch_compile_L1_T002"], all_records=True)]
+    assert requeued == ["REQUEUED", "COMPLETED"], records
+    assert not workers_of(remote)
+
+
+def workers_of(folder):
+    """Live worker processes (or their guards) of jobs submitted from ``folder``."""
+    found = []
+    for d in Path("/proc").iterdir():
+        try:
+            cmd = (d / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            env = (d / "environ").read_bytes().decode(errors="replace")
+        except OSError:
+            continue
+        if "l1bench.worker" in cmd and str(folder) in env:
+            found.append((d.name, cmd[:200]))
+    return found
