@@ -204,7 +204,7 @@ def which(cmd: str) -> str | None:
 
 
 def _run(cmd, timeout=60, **kw) -> subprocess.CompletedProcess:
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, **kw)
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=False, **kw)
 
 
 def _last_line(text: str) -> str:
@@ -256,7 +256,7 @@ def install_packages(log: Path) -> None:
         with open(log, "a") as fh:
             for cmd in (["apt-get", "update", "-qq"],
                         ["apt-get", "install", "-y", "-qq", "--no-install-recommends", *packages]):
-                proc = subprocess.run(cmd, stdout=fh, stderr=subprocess.STDOUT, env=env, timeout=900)
+                proc = subprocess.run(cmd, stdout=fh, stderr=subprocess.STDOUT, env=env, timeout=900, check=False)
                 if proc.returncode:
                     raise SlurmUnavailable(f"{' '.join(cmd[:2])} failed (exit {proc.returncode}; see {log})")
     except (OSError, subprocess.SubprocessError) as err:
@@ -409,9 +409,10 @@ def _stop_pid(pid: int, wait: float = 15.0) -> None:
 
 
 def _daemon(cmd, log: Path, **kw) -> subprocess.Popen:
-    fh = open(log, "ab")
-    return subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                            start_new_session=True, **kw)
+    """A daemon in the foreground, in a session of its own, its output appended to ``log``."""
+    with open(log, "ab") as fh:
+        return subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                start_new_session=True, **kw)
 
 
 def _stop_stale(conf_dir: Path) -> None:

@@ -26,7 +26,6 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-
 from helpers import SNAKEMAKE, copy_workflow, tree_digest
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
@@ -53,7 +52,7 @@ def cluster(tmp_path_factory):
 
 
 def snakemake(workdir, args, env=None, timeout=900):
-    proc = subprocess.run(SNAKEMAKE + args, cwd=workdir, capture_output=True, text=True, timeout=timeout,
+    proc = subprocess.run(SNAKEMAKE + args, cwd=workdir, capture_output=True, text=True, timeout=timeout, check=False,
                           env={**os.environ, **(env or {})})
     return proc, proc.stdout + proc.stderr
 
@@ -142,7 +141,7 @@ def test_every_job_went_through_sbatch(runs, cluster):
     assert len(ids) == len(set(ids)) and {r["JobIDRaw"] for r in records} == set(ids)
     rules = Counter(re.match(r"rule_(\w+?)(_wildcards_.*)?$", r["Comment"]).group(1) for r in records)
     # every job the local run executed, plus the tables: no job ran outside SLURM
-    ran = Counter(m for m in re.findall(r"^(?:rule|localrule) (\w+):", runs["local_log"], re.M) if m != "all")
+    ran = Counter(m for m in re.findall(r"^(?:rule|localrule) (\w+):", runs["local_log"], re.MULTILINE) if m != "all")
     assert rules == ran + Counter({"aggregate_results": 1})
     assert rules["build_task"] == 11 and rules["check_task"] == 11 and rules["time_task"] == 9 * 5
     for r in records:
@@ -160,7 +159,7 @@ def _watch_and_interrupt(workdir, targets, done, log):
     acted = {}
     deadline = time.monotonic() + 300
     while len(acted) < len(targets) and not done.is_set() and time.monotonic() < deadline:
-        queue = subprocess.run(["squeue", "-h", "-o", "%i|%T|%k"], capture_output=True, text=True).stdout
+        queue = subprocess.run(["squeue", "-h", "-o", "%i|%T|%k"], capture_output=True, text=True, check=False).stdout
         for line in queue.splitlines():
             jobid, state, comment = (line.split("|") + ["", ""])[:3]
             for key, (action, job_log) in targets.items():
