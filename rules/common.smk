@@ -174,10 +174,13 @@ def selected_tids():
 
 
 def reserve_timing_cpus():
-    """Keep this Snakemake process, and so every job it starts, off the GPUs' timing CPUs
-    (gpulock.keep_workflow_off_timing_cpus): only a lock holder's timing thread runs there.
-    Not for the CPU demo or a table rebuild, which time nothing on a GPU."""
-    if IS_DEMO or config["aggregate_only"]:
+    """onstart: keep this Snakemake process, and so every job it starts, off the GPUs' timing
+    CPUs (gpulock.keep_workflow_off_timing_cpus): only a lock holder's timing thread runs there.
+    Only where the jobs run on this host (not for a cluster executor, whose jobs time on other
+    nodes), and not for the CPU demo or a table rebuild, which time nothing on a GPU."""
+    if not preflight.gpus_are_local(
+        workflow.local_exec, IS_DEMO, config["aggregate_only"]
+    ):
         return []
     from l1bench import gpulock
 
@@ -212,7 +215,6 @@ def recover_from_a_killed_run():
 
 
 recover_from_a_killed_run()
-TIMING_CPUS = reserve_timing_cpus()
 LOCAL_RELEASE = load_local_release()
 if LOCAL_RELEASE is not None:
     materialise_task_folders(LOCAL_RELEASE)
@@ -469,8 +471,11 @@ def require_split_first(planned):
 def require_gpu_if_needed(planned):
     """Stop before any job (downloads included) when a check/time job this run would execute
     needs a GPU and none is visible: one line. Results decided without a GPU (no code, a
-    negative earlier stage, max_attempts reached) still run on a CPU-only machine."""
-    if IS_DEMO or config["aggregate_only"]:
+    negative earlier stage, max_attempts reached) still run on a CPU-only machine. A cluster
+    executor's jobs find their GPUs on the nodes it sends them to: no guard here."""
+    if not preflight.gpus_are_local(
+        workflow.local_exec, IS_DEMO, config["aggregate_only"]
+    ):
         return
     pending = {out for _, outs in planned for out in outs}
     outputs = [
@@ -493,6 +498,7 @@ def start_run():
     planned = planned_jobs()
     require_split_first(planned)
     require_gpu_if_needed(planned)
+    reserve_timing_cpus()
     lockfiles = getattr(workflow.persistence, "_lockfile", {}) or {}
     recovery.record_lock_owner(lockfiles.values())
     preflight.note_stop_signals()

@@ -111,3 +111,13 @@ def test_stop_signals_are_noted_and_still_handled(monkeypatch):
 @pytest.mark.parametrize("name", ["config_error", "release_dir_problem", "gpu_jobs", "failure_hint"])
 def test_documented(name):
     assert getattr(preflight, name).__doc__
+
+
+def test_gpu_guard_and_timing_cpus_only_where_the_gpu_jobs_run():
+    # the main command on a GPU host: guard and reservation apply
+    assert preflight.gpus_are_local(local_exec=True, is_demo=False, aggregate_only=False)
+    # a SLURM head node sends check/time jobs to GPU nodes: neither applies here
+    assert not preflight.gpus_are_local(local_exec=False, is_demo=False, aggregate_only=False)
+    # the CPU demo and a table rebuild time nothing on a GPU
+    assert not preflight.gpus_are_local(local_exec=True, is_demo=True, aggregate_only=False)
+    assert not preflight.gpus_are_local(local_exec=True, is_demo=False, aggregate_only=True)

@@ -296,6 +296,10 @@ def test_the_workflow_keeps_every_process_off_the_timing_cpu(monkeypatch):
     assert aff.masks[101] == aff.masks[102] == set(range(15))  # every thread, so every child
     assert gpulock.reserved_plan(range(16)) == ([15], set(range(15)))
     assert gpulock.keep_workflow_off_timing_cpus(1) == [15]  # once: not CPU 14 next time
+    # a process that inherited the plan but not the mask (reset by a launcher) gets the mask back
+    aff.masks.update({0: set(range(16)), 101: set(range(16)), 102: set(range(16))})
+    assert gpulock.keep_workflow_off_timing_cpus(1) == [15]
+    assert aff.masks[101] == aff.masks[102] == set(range(15))
     # a worker started by it takes the workflow's plan, not one from its own (smaller) mask
     aff.masks[0] = set(range(15))
     assert gpulock.reserve_timing_cpus(1, 0) == 15 and aff.masks[0] == set(range(15))

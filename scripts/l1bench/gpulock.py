@@ -269,7 +269,8 @@ def keep_workflow_off_timing_cpus(n_devices: int) -> list[int]:
     if not hasattr(os, "sched_setaffinity"):
         return []
     already = reserved_plan(os.sched_getaffinity(0))
-    if already:  # a parent workflow already did
+    if already:  # a parent workflow already did: keep its plan, and its mask for this process
+        _set_process_affinity(already[1])
         return already[0]
     timing, rest = core_plan(os.sched_getaffinity(0), n_devices)
     if not timing:

@@ -86,6 +86,13 @@ def gpu_jobs(outputs, res, no_code_tids=(), max_attempts: int = 0, pending=froze
     return [str(p) for p in outputs if not decided_without_gpu(p, res, no_code_tids, max_attempts, pending)]
 
 
+def gpus_are_local(local_exec: bool, is_demo: bool, aggregate_only: bool) -> bool:
+    """Whether this Snakemake process's host is where the run's GPU jobs time: not with a
+    cluster executor (SLURM: the GPUs are on the nodes it sends jobs to), not for the CPU demo
+    or a table rebuild. Decides the GPU guard and the timing-CPU reservation."""
+    return bool(local_exec) and not is_demo and not aggregate_only
+
+
 def no_gpu_message(device: str, needed: list[str]) -> str:
     """The guard's one line."""
     first = needed[0] + (f" and {len(needed) - 1} more" if len(needed) > 1 else "")
