@@ -342,3 +342,62 @@ def test_gpu_locks_are_named_after_the_physical_gpu(tmp_path):
     assert gpulock.physical_gpu_name("1", str(tmp_path)) == "GPU-bbb"
     assert gpulock.physical_gpu_name("GPU-bbb", str(tmp_path)) == "GPU-bbb"
     assert gpulock.physical_gpu_name("7", str(tmp_path)) == "7"  # not in /proc: as named
+
+
+class ScriptedCalls:
+    """worker.time_call replaced: call k (from 1) takes ``ms.get(k, 1.0)`` ms, and its launch
+    took ``launch_ms.get(k, 0.03)`` ms on the host."""
+
+    def __init__(self, ms, launch_ms=None):
+        self.ms, self.launch_ms, self.n, self.log = ms, launch_ms or {}, 0, []
+
+    def __call__(self, fn, inputs, device, wait_streams=(), clock=None):
+        self.n += 1
+        fn(*inputs)
+        launch = self.launch_ms.get(self.n, 0.03)
+        if isinstance(launch, tuple):  # ("wait", ms): preempted while launching
+            wait_us = int(launch[1] * 1000)
+            return self.ms.get(self.n, 1.0), delta(wait_us + 30, 30, wait_us, nivcsw=1)
+        launch_us = int(launch * 1000)
+        return self.ms.get(self.n, 1.0), delta(launch_us, launch_us, 0)
+
+
+def first_pair_run(monkeypatch, ms, launch_ms=None, n=5):
+    monkeypatch.delenv(worker.RETIME_ENV, raising=False)
+    calls, resets = [], []
+    scripted = ScriptedCalls(ms, launch_ms)
+    monkeypatch.setattr(worker, "time_call", scripted)
+    ledger = hostclock.Ledger()
+    ref, cus = worker.timed_pairs(
+        lambda *x: calls.append("ref"), lambda *x: calls.append("custom"), lambda: (), n,
+        random.Random(1), "cpu", [], ledger, 0, FakeClock(), reset=lambda: resets.append(len(calls)),
+    )
+    return ref, cus, calls, resets, ledger.summary()
+
+
+def test_a_first_pair_that_waited_in_the_driver_is_timed_again_in_its_state(monkeypatch):
+    # call 1 (first pair) took 9 ms, 8.5 of them launching: it waited in the driver
+    ref, cus, calls, resets, summary = first_pair_run(monkeypatch, {1: 9.0}, {1: 8.5})
+    assert len(calls) == 12 and resets == [10]  # reset after the 5 pairs, then one pair again
+    assert ref == cus == [1.0] * 5 and summary["retimed_pairs"] == 1
+
+
+def test_a_first_pair_slower_because_it_allocates_is_kept(monkeypatch):
+    # the harness's first pair: 2.5x the others (allocation), not a stall: kept as measured
+    ref, cus, calls, resets, summary = first_pair_run(monkeypatch, {1: 2.5, 2: 2.5}, {1: 1.4, 2: 1.4})
+    assert len(calls) == 10 and resets == [] and 2.5 in ref and 2.5 in cus
+    # stalled on the GPU (quick launch): not the driver; the stall stays and is counted as such
+    ref, cus, calls, resets, summary = first_pair_run(monkeypatch, {1: 9.0})
+    assert len(calls) == 10 and resets == [] and 9.0 in ref + cus
+    assert summary["stall_causes"] == {"gpu": 1}
+
+
+def test_a_disturbed_first_pair_is_timed_again_after_a_reset(monkeypatch):
+    ref, cus, calls, resets, summary = first_pair_run(monkeypatch, {}, None, n=3)
+    assert resets == [] and len(calls) == 6  # undisturbed: exactly the harness's calls
+    # the first call's launch was preempted for 4 ms: that pair again, after a reset (so the
+    # replacement allocates as the first pair does); a disturbed later pair needs none
+    ref, cus, calls, resets, summary = first_pair_run(monkeypatch, {}, {1: ("wait", 4.0)}, n=3)
+    assert resets == [2] and len(calls) == 8 and summary["retimed_pairs"] == 1
+    ref, cus, calls, resets, summary = first_pair_run(monkeypatch, {}, {3: ("wait", 4.0)}, n=3)
+    assert resets == [] and len(calls) == 8 and summary["retimed_pairs"] == 1
