@@ -23,8 +23,8 @@ from l1bench import compare  # noqa: E402
 BENCH = ROOT / "results/h100/bench/stalls-alloc-h200.json"
 RUNS = {  # label: (first, second) results trees
     "design 2\nconcurrent": ("results/isolation/design2/c1/h100", "results/isolation/design2/c2/h100"),
-    "design 3\nconcurrent": ("results/isolation/c1/h100", "results/isolation/c2/h100"),
-    "design 3 vs\none at a time": ("results/isolation/c1/h100", "results/isolation/design2/s1/h100"),
+    "design 3\nconcurrent": ("results/isolation/design3/c1/h100", "results/isolation/design3/c2/h100"),
+    "design 3 vs\none at a time": ("results/isolation/design3/c1/h100", "results/isolation/design2/s1/h100"),
 }
 
 
