@@ -43,3 +43,33 @@ def test_retime_prepare_copies_a_task_lists_build_and_check_results(tmp_path):
     assert (dest / "check/L1_T001.json").exists() and not (dest / "check/L1_T002.json").exists()
     assert (dest / "reference_scan.json").exists() and (dest / "build/ext/L1_T001/mod/mod.so").read_text() == "x"
     assert retime.prepare(src, dest, ["L1_T001"], ext_from) == {"build": 0, "check": 0, "ext": 0}  # kept
+    # checks only (builds then run as build jobs), and every checked task by default
+    assert retime.checked_tasks(src) == ["L1_T001", "L1_T002"]
+    assert retime.prepare(src, tmp_path / "d2", retime.checked_tasks(src), stages=("check",)) == {
+        "build": 0, "check": 2, "ext": 0}
+    assert not (tmp_path / "d2/build").exists()
+    with pytest.raises(ValueError, match="unknown stage"):
+        retime.prepare(src, tmp_path / "d3", ["L1_T001"], stages=("time",))
+
+
+def test_retime_adopt_replaces_each_re_timed_result_and_keeps_the_others(tmp_path):
+    from l1bench import retime
+
+    new, old = tmp_path / "retime/h100", tmp_path / "h100"
+
+    def put(root, rel, **res):
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(json.dumps(res, indent=1) + "\n")
+    put(old, "time/paper/default/L1_T001.json", status="ok", score=1.0, timing_design=1)
+    put(old, "time/paper/default/L1_T002.json", status="ok", score=2.0, timing_design=1)
+    put(new, "time/paper/default/L1_T001.json", status="ok", score=1.5, timing_design=4)
+    put(new, "time/strict/default/L1_T001.json", status="crashed", timing_design=None)
+    put(new, "time/paper/cudnn/L1_T002.json", status="ok", score=3.0, timing_design=3)
+    counts = retime.adopt(new, old, design=4)
+    assert counts == {"adopted": 2, "skipped": 1, "paper/default": 1, "strict/default": 1}
+    assert (old / "time/paper/default/L1_T001.json").read_text() == (new / "time/paper/default/L1_T001.json").read_text()
+    assert json.loads((old / "time/paper/default/L1_T002.json").read_text())["score"] == 2.0  # not re-timed: kept
+    assert not (old / "time/paper/cudnn/L1_T002.json").exists()  # another design: skipped
+    (new / "time/paper/default/L1_T009.json").write_text("{not json")
+    with pytest.raises(ValueError, match="L1_T009.json: not a result"):
+        retime.adopt(new, old)

@@ -90,6 +90,27 @@ def test_the_hint_names_what_failed_and_why():
     assert "CUDA fault" not in hint
 
 
+def test_jobs_not_started_by_a_draining_run_are_not_called_broken():
+    drained = "2026-12-04 03:30:29,629 not started: the run is draining (/w/.devstate/drain exists); the next run does this job\n"
+    log = snakemake_log([
+        ("time_task", "results/demo/time/paper/default/L1_T001.json", drained),
+        ("time_task", "results/demo/time/paper/default/L1_T003.json", drained),
+    ])
+    failed = preflight.failed_jobs([log])
+    assert all(j["drained"] for j in failed.values())
+    hint = preflight.failure_hint("demo", failed, max_attempts=3)
+    assert hint.splitlines()[0] == ("2 jobs not started: the run was draining (the end of its time budget); "
+                                    "not counted as attempts.")
+    assert "broke" not in hint and "failed" not in hint.splitlines()[0] and "retry only what failed" in hint
+    # one broken job besides: it is named, the drained ones are counted
+    log += snakemake_log([("check_task", "results/demo/check/L1_T006.json",
+                           "2026-12-03 16:14:38,982 FAILED (no result written; the next run retries, attempt 1 of 3): "
+                           "L1_T006: worker crashed (signal SIGKILL), see log\n")])
+    lines = preflight.failure_hint("demo", preflight.failed_jobs([log]), max_attempts=3).splitlines()
+    assert lines[0] == "1 job failed; every other result is kept." and lines[1].startswith("2 jobs not started")
+    assert "L1_T006: worker crashed" in lines[2] and not any("L1_T001" in x for x in lines)
+
+
 def test_the_hint_after_a_stop_blames_no_task():
     hint = preflight.failure_hint("demo", {}, stopped_by="SIGTERM")
     assert hint.startswith("Stopped by SIGTERM: the jobs that were running were let finish; every finished result is kept.")

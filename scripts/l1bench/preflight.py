@@ -136,15 +136,25 @@ WHY = {
 }
 
 
+#: What run_task logs when it does not start a job because the run is draining (the end of a
+#: time budget, scripts/device_run.sh): not a failure of the task.
+DRAINED_MARK = "not started: the run is draining"
+
+
 def failed_jobs(log_texts) -> dict[str, dict]:
-    """{output: {rule, log, error}} of the jobs that failed, from Snakemake logs, sorted by
-    output; ``error`` is run_task's reason from the job log (timeout, signal...) when shown."""
+    """{output: {rule, log, error, drained}} of the jobs that failed, from Snakemake logs,
+    sorted by output; ``error`` is run_task's reason from the job log (timeout, signal...)
+    when shown; ``drained``: the job was not started because the run was draining."""
     out: dict[str, dict] = {}
     for text in log_texts:
         for block in attempts.failed_jobs_in_snakemake_log(text):
-            error = attempts.log_error(block.get("log_text", ""))[0].removesuffix(", see log")
-            job = out.setdefault(block["output"], {"rule": block["rule"], "log": block.get("log"), "error": ""})
+            log_text = block.get("log_text", "")
+            error = attempts.log_error(log_text)[0].removesuffix(", see log")
+            job = out.setdefault(
+                block["output"], {"rule": block["rule"], "log": block.get("log"), "error": "", "drained": False}
+            )
             job["error"] = error or job["error"]
+            job["drained"] = DRAINED_MARK in log_text and not error
     return dict(sorted(out.items()))
 
 
@@ -162,8 +172,17 @@ def failure_hint(device: str, failed: dict[str, dict], stopped_by: str | None = 
         lines.append(f"Stopped by {stopped_by}: {how}; every finished result is kept.")
         lines.append(f"  continue where it stopped:            {retry}")
     else:
+        drained = {o: j for o, j in failed.items() if j.get("drained")}
+        failed = {o: j for o, j in failed.items() if not j.get("drained")}
         n = len(failed)
-        lines.append(f"{n or 'Some'} job{'s' * (n != 1)} failed; every other result is kept.")
+        if n or not drained:
+            lines.append(f"{n or 'Some'} job{'s' * (n != 1)} failed; every other result is kept.")
+        if drained:
+            d = len(drained)
+            lines.append(
+                f"{d} job{'s' * (d != 1)} not started: the run was draining (the end of its time budget); "
+                "not counted as attempts."
+            )
         for output, job in list(failed.items())[:shown]:
             why = job.get("error") or WHY.get(job["rule"], "failed")
             log = f", log {job['log']}" if job.get("log") else ""

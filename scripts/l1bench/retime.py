@@ -4,14 +4,23 @@
 finished results tree into a new one, so that a run of the workflow with ``results_dir``
 pointing there plans only the time jobs; built extensions can be shared with an earlier such
 tree (``--ext-from``: hard links, so no task builds its extension twice on one machine).
+``--stages check`` copies the checks only, so the run rebuilds the extensions as build jobs,
+in parallel (checks are not redone: evaluation inputs are ``ancient``).
+
+``adopt`` brings the time results of such a tree back into the finished one: each result
+replaces the one it re-times (written atomically), so a release is re-timed in place in as
+many calls as it takes, every result always present, the old one until its new one exists.
 
     python -m l1bench.retime prepare results/h100 results/isolation/c1/h100 \\
         --tasks config/runs/h100_isolation.yaml --ext-from results/isolation/c0/h100
+    python -m l1bench.retime prepare results/h100 results/retime/h100 --stages check
+    python -m l1bench.retime adopt results/retime/h100 results/h100
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import shutil
 import sys
 from pathlib import Path
@@ -20,15 +29,27 @@ if __package__ in (None, ""):  # run as a script
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from l1bench.compare import load_task_list  # noqa: E402
+from l1bench.io import atomic_write_text  # noqa: E402
+
+STAGES = ("build", "check")
 
 
-def prepare(src: Path, dest: Path, tids: list[str], ext_from: Path | None = None) -> dict:
-    """Copy the build and check results of ``tids`` (and reference_scan.json) from ``src`` to
-    ``dest``; hard-link the built extensions of ``ext_from`` (or copy where links fail).
-    Existing files in ``dest`` are kept. Returns counts."""
+def checked_tasks(src: Path) -> list[str]:
+    """Every task with a check result in ``src`` (the whole release of a finished run)."""
+    return sorted(f.stem for f in (Path(src) / "check").glob("*.json"))
+
+
+def prepare(src: Path, dest: Path, tids: list[str], ext_from: Path | None = None,
+            stages: tuple[str, ...] = STAGES) -> dict:
+    """Copy the ``stages`` results (build, check) of ``tids`` (and reference_scan.json) from
+    ``src`` to ``dest``; hard-link the built extensions of ``ext_from`` (or copy where links
+    fail). Existing files in ``dest`` are kept. Returns counts."""
     src, dest = Path(src), Path(dest)
+    unknown = set(stages) - set(STAGES)
+    if unknown:
+        raise ValueError(f"unknown stage(s) {sorted(unknown)}: choose from {', '.join(STAGES)}")
     counts = {"build": 0, "check": 0, "ext": 0}
-    for stage in ("build", "check"):
+    for stage in stages:
         (dest / stage).mkdir(parents=True, exist_ok=True)
         for tid in tids:
             f = src / stage / f"{tid}.json"
@@ -48,6 +69,30 @@ def prepare(src: Path, dest: Path, tids: list[str], ext_from: Path | None = None
     return counts
 
 
+def adopt(src: Path, dest: Path, design: int | None = None) -> dict:
+    """Copy every time result of ``src`` (``time/<protocol>/<mode>/<task>.json``) over the
+    same file in ``dest``, atomically; with ``design``, only results of that timing design.
+    A result the destination does not have is added. Returns counts (adopted, skipped, by
+    protocol/mode)."""
+    src, dest = Path(src), Path(dest)
+    counts: dict = {"adopted": 0, "skipped": 0}
+    for f in sorted((src / "time").glob("*/*/*.json")):
+        rel = f.relative_to(src)
+        text = f.read_text()
+        try:
+            res = json.loads(text)
+        except (OSError, ValueError) as e:
+            raise ValueError(f"{f}: not a result ({e})") from None
+        if design is not None and res.get("status") == "ok" and res.get("timing_design") != design:
+            counts["skipped"] += 1
+            continue
+        atomic_write_text(dest / rel, text)
+        key = "/".join(rel.parts[1:3])
+        counts[key] = counts.get(key, 0) + 1
+        counts["adopted"] += 1
+    return counts
+
+
 def _link_or_copy(a, b):
     try:
         Path(b).hardlink_to(a)
@@ -61,11 +106,22 @@ def main(argv=None) -> int:
     p = sub.add_parser("prepare", help="copy build/check results of a task list into a new results tree")
     p.add_argument("src", help="results/<device> of a finished run")
     p.add_argument("dest", help="the new results/<...>/<device>")
-    p.add_argument("--tasks", required=True, nargs="+", help="YAML files with a tasks: list")
+    p.add_argument("--tasks", nargs="+", help="YAML files with a tasks: list (default: every checked task)")
     p.add_argument("--ext-from", help="a results tree whose built extensions to share")
+    p.add_argument("--stages", nargs="+", default=list(STAGES), choices=STAGES,
+                   help="which results to copy (default: build check)")
+    a = sub.add_parser("adopt", help="copy a re-timing tree's time results over a finished tree's")
+    a.add_argument("src", help="the re-timing tree, results/<...>/<device>")
+    a.add_argument("dest", help="the finished tree, results/<device>")
+    a.add_argument("--design", type=int, help="adopt only scored results of this timing design")
     args = ap.parse_args(argv)
-    tids = sorted({t for f in args.tasks for t in load_task_list(f)})
-    counts = prepare(Path(args.src), Path(args.dest), tids, Path(args.ext_from) if args.ext_from else None)
+    if args.cmd == "adopt":
+        counts = adopt(Path(args.src), Path(args.dest), args.design)
+        print(f"{args.dest}: adopted from {args.src}: {counts}")
+        return 0
+    tids = sorted({t for f in args.tasks for t in load_task_list(f)}) if args.tasks else checked_tasks(args.src)
+    counts = prepare(Path(args.src), Path(args.dest), tids, Path(args.ext_from) if args.ext_from else None,
+                     tuple(args.stages))
     print(f"{args.dest}: {len(tids)} tasks; copied {counts}")
     return 0
 
