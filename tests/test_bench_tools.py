@@ -70,6 +70,14 @@ def test_retime_adopt_replaces_each_re_timed_result_and_keeps_the_others(tmp_pat
     assert (old / "time/paper/default/L1_T001.json").read_text() == (new / "time/paper/default/L1_T001.json").read_text()
     assert json.loads((old / "time/paper/default/L1_T002.json").read_text())["score"] == 2.0  # not re-timed: kept
     assert not (old / "time/paper/cudnn/L1_T002.json").exists()  # another design: skipped
+    # a later re-timing starts from what is already of the design, and unscored results
+    put(old, "time/paper/cudnn/L1_T001.json", status="no_code")
+    (old / "check").mkdir()
+    (old / "check/L1_T001.json").write_text("{}")
+    counts = retime.prepare(old, tmp_path / "again", ["L1_T001", "L1_T002"], stages=("check",), keep_design=4)
+    assert counts == {"build": 0, "check": 1, "ext": 0, "time": 3}
+    assert sorted(p.relative_to(tmp_path / "again").as_posix() for p in (tmp_path / "again/time").rglob("*.json")) == [
+        "time/paper/cudnn/L1_T001.json", "time/paper/default/L1_T001.json", "time/strict/default/L1_T001.json"]
     (new / "time/paper/default/L1_T009.json").write_text("{not json")
     with pytest.raises(ValueError, match="L1_T009.json: not a result"):
         retime.adopt(new, old)

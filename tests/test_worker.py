@@ -4,6 +4,7 @@ import contextlib
 import json
 import os
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -463,6 +464,51 @@ def test_failed_extension_builds_are_not_retried(monkeypatch):
     assert cpp_extension.load("z") == cpp_extension.load("z") == "module" and calls.count("ok") == 2
     worker.remember_failed_extension_builds()  # idempotent: not wrapped twice
     assert cpp_extension.load_inline.__wrapped__ is failing_build
+
+
+def test_a_build_lock_left_by_a_killed_process_is_cleared_and_loads_take_turns(tmp_path, monkeypatch):
+    """torch's build lock file outlives a killed builder (later loads would wait forever); the
+    flock beside it does not, so its holder may remove the stale file."""
+    import subprocess
+    import textwrap
+
+    from torch.utils import cpp_extension
+
+    from l1bench import worker
+
+    monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path))
+    (tmp_path / "ext_a").mkdir()
+    (tmp_path / "ext_a/lock").write_text("")  # a builder was killed here
+    seen = []
+
+    def build(name, cpp_sources, **kwargs):
+        seen.append((name, (tmp_path / name / "lock").exists()))
+        return "module"
+
+    monkeypatch.setattr(cpp_extension, "load_inline", build)
+    monkeypatch.setattr(worker, "_FAILED_BUILDS", {})
+    monkeypatch.setattr(worker, "_FAILED_BUILD_NAMES", {})
+    worker.remember_failed_extension_builds()
+    assert cpp_extension.load_inline(name="ext_a", cpp_sources="int f();") == "module"
+    assert seen == [("ext_a", False)]  # the stale lock was gone when torch looked
+    # a live holder (another process loading the same extension) is waited for, and its
+    # lock file is not touched while it holds the flock
+    holder = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
+        import fcntl, pathlib, sys, time
+        fh = open({str(tmp_path / ".ext_a.flock")!r}, "a+")
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        pathlib.Path({str(tmp_path / "ext_a/lock")!r}).write_text("")
+        print("held", flush=True)
+        time.sleep(1.0)
+        pathlib.Path({str(tmp_path / "ext_a/lock")!r}).unlink()
+    """)], stdout=subprocess.PIPE, text=True)
+    assert holder.stdout.readline().strip() == "held"
+    t0 = time.monotonic()
+    with worker.exclusive_extension_build("ext_a"):
+        waited = time.monotonic() - t0
+        assert not (tmp_path / "ext_a/lock").exists()
+    holder.wait(10)
+    assert waited > 0.3  # it took its turn after the holder, not during
 
 
 def test_nothing_to_build_without_extensions(tmp_path):

@@ -13,7 +13,7 @@ many calls as it takes, every result always present, the old one until its new o
 
     python -m l1bench.retime prepare results/h100 results/isolation/c1/h100 \\
         --tasks config/runs/h100_isolation.yaml --ext-from results/isolation/c0/h100
-    python -m l1bench.retime prepare results/h100 results/retime/h100 --stages check
+    python -m l1bench.retime prepare results/h100 results/retime/h100 --stages check --keep-design 4
     python -m l1bench.retime adopt results/retime/h100 results/h100
 """
 
@@ -40,15 +40,30 @@ def checked_tasks(src: Path) -> list[str]:
 
 
 def prepare(src: Path, dest: Path, tids: list[str], ext_from: Path | None = None,
-            stages: tuple[str, ...] = STAGES) -> dict:
+            stages: tuple[str, ...] = STAGES, keep_design: int | None = None) -> dict:
     """Copy the ``stages`` results (build, check) of ``tids`` (and reference_scan.json) from
     ``src`` to ``dest``; hard-link the built extensions of ``ext_from`` (or copy where links
-    fail). Existing files in ``dest`` are kept. Returns counts."""
+    fail). With ``keep_design``, also the time results that need no new timing: scored with
+    that design, or not scored (no code, incorrect...: the design does not change them), so a
+    run continues a re-timing where an earlier one stopped. Existing files in ``dest`` are
+    kept. Returns counts."""
     src, dest = Path(src), Path(dest)
     unknown = set(stages) - set(STAGES)
     if unknown:
         raise ValueError(f"unknown stage(s) {sorted(unknown)}: choose from {', '.join(STAGES)}")
     counts = {"build": 0, "check": 0, "ext": 0}
+    if keep_design is not None:
+        counts["time"] = 0
+        wanted = set(tids)
+        for f in sorted((src / "time").glob("*/*/*.json")):
+            res = json.loads(f.read_text())
+            here = dest / f.relative_to(src)
+            if f.stem in wanted and not here.exists() and (
+                res.get("status") != "ok" or res.get("timing_design") == keep_design
+            ):
+                here.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy2(f, here)
+                counts["time"] += 1
     for stage in stages:
         (dest / stage).mkdir(parents=True, exist_ok=True)
         for tid in tids:
@@ -110,6 +125,8 @@ def main(argv=None) -> int:
     p.add_argument("--ext-from", help="a results tree whose built extensions to share")
     p.add_argument("--stages", nargs="+", default=list(STAGES), choices=STAGES,
                    help="which results to copy (default: build check)")
+    p.add_argument("--keep-design", type=int,
+                   help="also copy the time results scored with this timing design, and unscored ones")
     a = sub.add_parser("adopt", help="copy a re-timing tree's time results over a finished tree's")
     a.add_argument("src", help="the re-timing tree, results/<...>/<device>")
     a.add_argument("dest", help="the finished tree, results/<device>")
@@ -121,7 +138,7 @@ def main(argv=None) -> int:
         return 0
     tids = sorted({t for f in args.tasks for t in load_task_list(f)}) if args.tasks else checked_tasks(args.src)
     counts = prepare(Path(args.src), Path(args.dest), tids, Path(args.ext_from) if args.ext_from else None,
-                     tuple(args.stages))
+                     tuple(args.stages), args.keep_design)
     print(f"{args.dest}: {len(tids)} tasks; copied {counts}")
     return 0
 

@@ -1065,6 +1065,44 @@ def _failed_builds_dir() -> Path | None:
     return Path(root) / "failed-builds" if root else None
 
 
+@contextlib.contextmanager
+def exclusive_extension_build(name: str, build_directory: str | None = None):
+    """One process of this workflow at a time loads (and, where needed, builds) an extension,
+    and a build lock left by a killed process is cleared.
+
+    torch's own build lock (``FileBaton``: a ``lock`` file in the build folder) outlives a
+    process killed while it builds (a drained or timed-out job), and every later load of that
+    extension then waits for it forever: measured, a task's time jobs waited 140–260 s until
+    the run's budget killed them. Here every load first takes an ``flock`` on a file beside the
+    build folder, which the kernel releases when its holder dies; whoever holds it knows that a
+    ``lock`` file it finds is stale and removes it. The GPU lock is handed back while waiting.
+    """
+    import fcntl
+
+    root = Path(build_directory) if build_directory else (
+        Path(os.environ["TORCH_EXTENSIONS_DIR"]) / name if os.environ.get("TORCH_EXTENSIONS_DIR") else None
+    )
+    if root is None:
+        yield
+        return
+    root.parent.mkdir(parents=True, exist_ok=True)
+    with open(root.parent / f".{root.name}.flock", "a+") as fh:
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            with gpulock.DeviceLock.pause_current():
+                fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            stale = root / "lock"
+            if stale.exists():
+                stale.unlink(missing_ok=True)
+                print(f"l1bench worker: removed a stale extension build lock (its process died): {stale}",
+                      file=sys.stderr, flush=True)
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
 def remember_failed_extension_builds() -> None:
     """Make a repeated ``load_inline``/``load`` call that failed before fail again at once.
 
@@ -1090,7 +1128,8 @@ def remember_failed_extension_builds() -> None:
                 failed[key], _FAILED_BUILD_NAMES[key] = err, name
                 raise err
             try:
-                return fn(*args, **kwargs)
+                with exclusive_extension_build(name, kwargs.get("build_directory")):
+                    return fn(*args, **kwargs)
             except Exception as err:
                 if key is not None:
                     failed[key], _FAILED_BUILD_NAMES[key] = err, name
