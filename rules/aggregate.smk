@@ -7,7 +7,7 @@ rule scan_references:
     output:
         f"{RES}/reference_scan.json",
     log:
-        f"logs/{DEVICE}/scan_references.log",
+        f"{LOGS}/scan_references.log",
     conda:
         "../envs/environment.yaml"
     threads: workflow.cores
@@ -30,7 +30,7 @@ rule aggregate_results:
         report=f"{RES}/README.md",
         record=TABLES_RECORD,
     log:
-        f"logs/{DEVICE}/aggregate_results.log",
+        f"{LOGS}/aggregate_results.log",
     conda:
         "../envs/environment.yaml"
     params:
@@ -50,7 +50,7 @@ rule slice_report:
     output:
         f"{RES}/slices/{{name}}.md",
     log:
-        f"logs/{DEVICE}/slice_report/{{name}}.log",
+        f"{LOGS}/slice_report/{{name}}.log",
     conda:
         "../envs/environment.yaml"
     params:

@@ -11,6 +11,7 @@ sys.path.insert(0, str(Path(workflow.basedir) / "scripts"))
 
 from l1bench import release as rel  # noqa: E402
 from l1bench import fetch, freshness, lifeline, preflight, recovery  # noqa: E402
+from l1bench.io import logs_dir  # noqa: E402
 
 
 def _normalise_cli_booleans(cfg):
@@ -47,6 +48,8 @@ validate_config()
 
 DEVICE = config["device"]
 RES = f"{config['results_dir']}/{DEVICE}"
+# job logs: logs/<device> for results/<device>, a folder of their own for other trees
+LOGS = logs_dir(RES)
 IS_DEMO = DEVICE == "demo"
 DEMO_RELEASE = "config/demo"
 PROTOCOLS = (
@@ -514,7 +517,7 @@ def print_failure_hint(logs):
             pass
     stopped = preflight.STOPPED_BY[0] if preflight.STOPPED_BY else None
     hint = preflight.failure_hint(
-        DEVICE, preflight.failed_jobs(texts), stopped, config["max_attempts"]
+        DEVICE, preflight.failed_jobs(texts), stopped, config["max_attempts"], logs=LOGS
     )
     print(f"\n{hint}", file=sys.stderr)
 

@@ -10,7 +10,7 @@ rule build_task:
     output:
         f"{RES}/build/{{tid}}.json",
     log:
-        f"logs/{DEVICE}/build_task/{{tid}}.log",
+        f"{LOGS}/build_task/{{tid}}.log",
     priority: 30
     conda:
         "../envs/environment.yaml"
@@ -34,7 +34,7 @@ rule check_task:
     output:
         f"{RES}/check/{{tid}}.json",
     log:
-        f"logs/{DEVICE}/check_task/{{tid}}.log",
+        f"{LOGS}/check_task/{{tid}}.log",
     priority: 9
     conda:
         "../envs/environment.yaml"
@@ -58,7 +58,7 @@ rule time_task:
     output:
         f"{RES}/time/{{protocol}}/{{mode}}/{{tid}}.json",
     log:
-        f"logs/{DEVICE}/time_task/{{protocol}}/{{mode}}/{{tid}}.log",
+        f"{LOGS}/time_task/{{protocol}}/{{mode}}/{{tid}}.log",
     priority: time_priority
     conda:
         "../envs/environment.yaml"

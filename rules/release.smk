@@ -31,7 +31,7 @@ rule split_release:
     output:
         meta=expand(f"{RES}/tasks/{{tid}}/meta.json", tid=ALL_TIDS),
     log:
-        f"logs/{DEVICE}/split_release.log",
+        f"{LOGS}/split_release.log",
     conda:
         "../envs/environment.yaml"
     params:

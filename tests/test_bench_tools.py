@@ -81,3 +81,13 @@ def test_retime_adopt_replaces_each_re_timed_result_and_keeps_the_others(tmp_pat
     (new / "time/paper/default/L1_T009.json").write_text("{not json")
     with pytest.raises(ValueError, match="L1_T009.json: not a result"):
         retime.adopt(new, old)
+
+
+def test_each_results_tree_has_its_own_job_logs():
+    from l1bench.io import logs_dir
+
+    assert logs_dir("results/h100") == "logs/h100"  # the default tree: unchanged
+    assert logs_dir("results/isolation/s1/h100") == "logs/isolation/s1/h100"
+    assert logs_dir("results/retime/h100") != logs_dir("results/h100")
+    assert logs_dir("/tmp/x/h100") == "logs/tmp/x/h100"
+    assert logs_dir("../elsewhere/h100") == "logs/elsewhere/h100"

@@ -58,3 +58,13 @@ def atomic_write_text(path, text: str) -> Path:
 def atomic_write_json(path, obj) -> Path:
     """Write ``obj`` as JSON (indent=1, sorted keys, trailing newline) atomically."""
     return atomic_write_text(path, json.dumps(obj, indent=1, sort_keys=True) + "\n")
+
+
+def logs_dir(results: str) -> str:
+    """The job-log folder of a results tree ``<results_dir>/<device>``: ``logs/<device>`` for
+    the default ``results/<device>``, ``logs/<the rest of its path>`` otherwise, so two results
+    trees of one device (a re-timing beside the release, an isolation run) never share logs."""
+    path = Path(results)
+    parts = path.parts[1:] if path.parts[:1] == ("results",) else path.parts
+    parts = tuple(p for p in parts if p not in ("/", "", ".", ".."))
+    return "/".join(("logs",) + parts)

@@ -159,7 +159,7 @@ def failed_jobs(log_texts) -> dict[str, dict]:
 
 
 def failure_hint(device: str, failed: dict[str, dict], stopped_by: str | None = None, max_attempts: int = 0,
-                 shown: int = 5) -> str:
+                 shown: int = 5, logs: str | None = None) -> str:
     """What to print when a run ends without success: stopped by a signal, or which jobs failed
     and why, then how to go on."""
     retry = f"snakemake --config device={device}"
@@ -188,7 +188,7 @@ def failure_hint(device: str, failed: dict[str, dict], stopped_by: str | None = 
             log = f", log {job['log']}" if job.get("log") else ""
             lines.append(f"  {job['rule']} {output}: {why}{log}")
         if n > shown:
-            lines.append(f"  ... and {n - shown} more (logs/{device}/)")
+            lines.append(f"  ... and {n - shown} more ({logs or f'logs/{device}'}/)")
         if any(job["rule"] == "fetch_release_file" for job in failed.values()):
             lines.append(
                 "  without network: copy the release (optimized_cuda_code/, more_baselines/) to a folder and "
