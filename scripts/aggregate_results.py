@@ -26,13 +26,6 @@ def _setup_logging(log_path):
     )
 
 
-def _package_dir(smk) -> Path:
-    scriptdir = getattr(smk, "scriptdir", None)
-    if scriptdir and (Path(scriptdir) / "l1bench").is_dir():
-        return Path(scriptdir)
-    return Path(__file__).resolve().parent
-
-
 #: Hand-written notes beside the generated report, linked when present.
 NOTES = {
     "Run notes: what ran, its cost, findings (RUN_NOTES.md)": "RUN_NOTES.md",
@@ -52,7 +45,6 @@ def main(smk):
     if smk.log:
         _setup_logging(smk.log[0])
     log = logging.getLogger("aggregate")
-    sys.path.insert(0, str(_package_dir(smk)))
 
     from l1bench import aggregate as agg
     from l1bench import freshness

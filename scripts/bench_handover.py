@@ -34,9 +34,7 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from l1bench import gpulock  # noqa: E402
+from l1bench import gpulock
 
 PHASES = ("solo", "free_small", "free_big", "exit_locked", "exit_unlocked")
 

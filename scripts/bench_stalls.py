@@ -52,9 +52,7 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from l1bench import gpulock, hostclock, stalls  # noqa: E402
+from l1bench import gpulock, hostclock, stalls
 
 ACTIVITIES = (
     "idle", "cpu_python", "cpu_shared", "process_churn", "cuda_context", "alloc_free", "gpu_kernels",

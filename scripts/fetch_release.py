@@ -6,17 +6,13 @@ output: the destination file. log: ``log[0]`` receives all messages.
 
 import logging
 import sys
-from pathlib import Path
 
 
 def _setup(smk):
-    """Send logging and stderr to the rule's log; make ``l1bench`` importable."""
+    """Send logging and stderr to the rule's log."""
     log = open(smk.log[0], "w", buffering=1)
     sys.stderr = log
     logging.basicConfig(stream=log, level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s", force=True)
-    # Snakemake runs a copy of this file, so __file__ may not be in scripts/.
-    here = Path(getattr(smk, "scriptdir", None) or Path(__file__).parent)
-    sys.path.insert(0, str(here))
 
 
 def main(smk):

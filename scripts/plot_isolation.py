@@ -12,13 +12,10 @@ stalled, per design (results/isolation/**, compared as scripts/l1bench/compare.p
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "scripts"))
-
-from l1bench import compare  # noqa: E402
+from l1bench import compare
 
 BENCH = ROOT / "results/h100/bench/stalls-alloc-h200.json"
 RUNS = {  # label: (first, second) results trees

@@ -74,7 +74,6 @@ def _timing(ref_cls, custom_cls, get_inputs, get_init_inputs, device, args) -> d
 
 def child(args) -> int:
     """Run one case; write its raw result (flags, details, error) as JSON to ``--result``."""
-    sys.path.insert(0, str(HERE))
     from l1bench import detectors, snippet
 
     case = load_cases(Path(args.cases_file)).get_case(args.child)

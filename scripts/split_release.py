@@ -1,12 +1,10 @@
 """Snakemake script of split_release: parse the release, verify it, write task folders."""
 
 import logging
-import sys
 from pathlib import Path
 
 
 def main(smk) -> None:
-    sys.path.insert(0, str(Path(getattr(smk, "scriptdir", None) or Path(__file__).parent)))
     from l1bench import fetch, release, split
 
     logging.basicConfig(filename=smk.log[0], level=logging.INFO, format="%(asctime)s %(message)s")

@@ -575,7 +575,6 @@ def test_script_main(tree, tmp_path):
     )
     smk.params = named({"device": "h100"})
     smk.log = named({"log": str(tmp_path / "logs" / "aggregate.log")})
-    smk.scriptdir = str(ROOT / "scripts")
 
     spec = importlib.util.spec_from_file_location(
         "aggregate_results", ROOT / "scripts" / "aggregate_results.py"

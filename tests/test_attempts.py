@@ -2,8 +2,9 @@
 time ends with a terminal status instead of being retried forever."""
 
 import json
-import sys
 from pathlib import Path
+
+from helpers import script_module
 
 from l1bench import attempts
 
@@ -96,8 +97,7 @@ def test_backfill_counts_broken_attempts_from_snakemake_logs(tmp_path, monkeypat
 
 
 def test_a_job_that_broke_max_attempts_times_gets_a_terminal_result(tmp_path):
-    sys.path.insert(0, str(ROOT / "scripts"))
-    from run_task import gave_up
+    gave_up = script_module("run_task").gave_up
 
     job = {"kind": "time", "tid": "L1_T081", "mode": "cuda_graph", "protocol": "paper", "params": {"seed": 42}}
     ledger = tmp_path / "ledger.json"

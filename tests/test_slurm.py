@@ -26,7 +26,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from helpers import SNAKEMAKE, copy_workflow, tree_digest
+from helpers import SNAKEMAKE, copy_workflow, script_module, tree_digest
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 
@@ -41,7 +41,7 @@ FAST = ["--slurm-init-seconds-before-status-checks", "3", "--latency-wait", "5"]
 def cluster(tmp_path_factory):
     if os.environ.get(ENABLE_ENV) != "1":
         pytest.skip(f"SLURM end-to-end test off: set {ENABLE_ENV}=1 (as root; installs slurm-wlm, munge, mariadb with apt-get)")
-    import slurm_local
+    slurm_local = script_module("slurm_local")
 
     try:
         c = slurm_local.start(tmp_path_factory.mktemp("slurm"))

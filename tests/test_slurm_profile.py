@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from helpers import SNAKEMAKE, copy_workflow
+from helpers import SNAKEMAKE, copy_workflow, script_module
 
 ROOT = Path(__file__).resolve().parents[1]
 PROFILE = ROOT / "profiles" / "slurm" / "config.yaml"
@@ -154,9 +154,7 @@ def test_snakemake_plans_with_the_profile(tmp_path):
 
 @pytest.fixture(scope="module")
 def wheelhouse():
-    import build_wheelhouse
-
-    return build_wheelhouse
+    return script_module("build_wheelhouse")
 
 
 def installed_requires(name, version):
@@ -208,7 +206,7 @@ SLURMD_C = "NodeName=vm CPUs=2 Boards=1 SocketsPerBoard=1 CoresPerSocket=2 Threa
 
 
 def test_local_cluster_configuration(tmp_path):
-    import slurm_local as sl
+    sl = script_module("slurm_local")
 
     hw = sl.parse_slurmd_c(SLURMD_C)
     assert hw["CPUs"] == "2" and hw["RealMemory"] == "24105"
@@ -236,7 +234,7 @@ def test_local_cluster_configuration(tmp_path):
 
 
 def test_local_cluster_needs_root(tmp_path, monkeypatch):
-    import slurm_local as sl
+    sl = script_module("slurm_local")
 
     monkeypatch.setattr(sl.os, "geteuid", lambda: 1000)
     with pytest.raises(sl.SlurmUnavailable, match="needs root"):

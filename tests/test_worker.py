@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 
 import pytest
+from helpers import script_module
 
 from l1bench import release, split
 from l1bench.runner import JobFailed, run_worker
@@ -47,7 +48,7 @@ def run(tasks, tmp_path, tid, kind, **extra):
         "params": dict(PAPER),
         "lock_dir": str(tmp_path),
     } | extra
-    return run_worker(job, 60, tmp_path / f"{tid}.log", ROOT / "scripts")
+    return run_worker(job, 60, tmp_path / f"{tid}.log")
 
 
 def write(tmp_path, name, obj):
@@ -100,7 +101,7 @@ def test_crash_and_timeout_fail_the_job(tasks, tmp_path):
         "lock_dir": str(tmp_path),
     }
     with pytest.raises(JobFailed, match="timed out"):
-        run_worker(job, 8, tmp_path / "hang.log", ROOT / "scripts")
+        run_worker(job, 8, tmp_path / "hang.log")
 
 
 @pytest.mark.skipif(sys.platform != "linux", reason="flock semantics")
@@ -354,8 +355,7 @@ def test_lock_holder_runs_on_the_timing_cpu(tmp_path, monkeypatch):
 def test_no_code_result_needs_no_worker(tmp_path):
     import json
 
-    sys.path.insert(0, str(ROOT / "scripts"))
-    from run_task import no_code_result
+    no_code_result = script_module("run_task").no_code_result
 
     task = tmp_path / "L1_T007"
     task.mkdir()
@@ -371,8 +371,7 @@ def test_no_code_result_needs_no_worker(tmp_path):
 
 
 def test_a_failed_check_is_carried_forward_without_a_worker(tmp_path):
-    sys.path.insert(0, str(ROOT / "scripts"))
-    from run_task import carried_forward
+    carried_forward = script_module("run_task").carried_forward
 
     check = tmp_path / "check.json"
     check.write_text(json.dumps({"kind": "check", "status": "incorrect", "reason": "trial 1: values differ"}))
@@ -512,8 +511,7 @@ def test_a_build_lock_left_by_a_killed_process_is_cleared_and_loads_take_turns(t
 
 
 def test_nothing_to_build_without_extensions(tmp_path):
-    sys.path.insert(0, str(ROOT / "scripts"))
-    from run_task import nothing_to_build
+    nothing_to_build = script_module("run_task").nothing_to_build
 
     task = tmp_path / "L1_T001"
     task.mkdir()

@@ -22,14 +22,11 @@ from pathlib import Path
 
 import pandas as pd
 
-if __package__ in (None, ""):  # run as a script: make the l1bench package importable
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from l1bench import release as rel  # noqa: E402
-from l1bench import stalls  # noqa: E402
-from l1bench.aggregate import MODE_LABELS, NA, md_table, ratio_stats  # noqa: E402
-from l1bench.aggregate import fmt as _fmt  # noqa: E402
-from l1bench.io import atomic_write_text  # noqa: E402
+from l1bench import release as rel
+from l1bench import stalls
+from l1bench.aggregate import MODE_LABELS, NA, md_table, ratio_stats
+from l1bench.aggregate import fmt as _fmt
+from l1bench.io import atomic_write_text
 
 MODES = list(rel.MODES)
 

@@ -22,14 +22,10 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
-import sys
 from pathlib import Path
 
-if __package__ in (None, ""):  # run as a script
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from l1bench.compare import load_task_list  # noqa: E402
-from l1bench.io import atomic_write_text  # noqa: E402
+from l1bench.compare import load_task_list
+from l1bench.io import atomic_write_text
 
 STAGES = ("build", "check")
 

@@ -43,9 +43,10 @@ class WorkflowGone(subprocess.TimeoutExpired):
     """The Snakemake process that started this job no longer runs."""
 
 
-def worker_env(package_root: Path, extra: dict | None = None) -> dict:
+def worker_env(extra: dict | None = None) -> dict:
+    """The worker's environment: this process's (the installed l1bench package is found as it is
+    here), unbuffered, with ``extra`` on top."""
     env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(package_root), env.get("PYTHONPATH")]))
     env.setdefault("PYTHONUNBUFFERED", "1")
     env.update({k: str(v) for k, v in (extra or {}).items() if v is not None})
     return env
@@ -55,9 +56,7 @@ class SectionTimeout(subprocess.TimeoutExpired):
     """The child held the device lock longer than one GPU section may take."""
 
 
-def run_worker(
-    job: dict, timeout: float, log_path, package_root, env: dict | None = None, section_timeout: float | None = None
-) -> dict:
+def run_worker(job: dict, timeout: float, log_path, env: dict | None = None, section_timeout: float | None = None) -> dict:
     """Run one job in a child process and return its result dict.
 
     Raises :class:`JobFailed` on timeout, on a crash (any exit without a result)
@@ -68,7 +67,6 @@ def run_worker(
     When the workflow that started this job is gone (``lifeline.WORKFLOW_ENV``) the child is
     killed and :class:`JobStopped` raised; if this process dies, the child dies with it.
     """
-    package_root = Path(package_root).resolve()
     with tempfile.TemporaryDirectory(prefix="l1bench-") as tmp:
         job_path, out_path = Path(tmp) / "job.json", Path(tmp) / "result.json"
         lock_status = Path(tmp) / "lock-status.json"
@@ -89,7 +87,7 @@ def run_worker(
                 cwd=scratch,
                 stdout=log,
                 stderr=subprocess.STDOUT,
-                env=worker_env(package_root, env),
+                env=worker_env(env),
                 start_new_session=True,
             )
             try:

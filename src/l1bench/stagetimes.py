@@ -17,11 +17,7 @@ from pathlib import Path
 
 from tabulate import tabulate
 
-try:
-    from l1bench import stalls
-except ImportError:  # run as a file: scripts/l1bench/stagetimes.py
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-    from l1bench import stalls
+from l1bench import stalls
 
 
 def stage_of(res: dict) -> str:
