@@ -3,9 +3,11 @@ workflow run without it stops with."""
 
 import importlib
 import importlib.metadata
+import os
 import re
 import subprocess
 import sys
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -78,3 +80,39 @@ def test_no_code_puts_itself_on_sys_path():
     pattern = re.compile(r"sys\.path\.(insert|append|extend)")
     found = [f"{p.relative_to(ROOT)}" for p in files if p.name != Path(__file__).name and pattern.search(p.read_text())]
     assert found == []
+
+
+def _wheel(folder, name="tiny", version="1.0"):
+    """A minimal pure-Python wheel (a stand-in for the wheelhouse of build_wheelhouse.py)."""
+    dist = f"{name}-{version}.dist-info"
+    files = {
+        f"{name}/__init__.py": "VALUE = 1\n",
+        f"{dist}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n",
+        f"{dist}/WHEEL": "Wheel-Version: 1.0\nGenerator: tests\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+    }
+    files[f"{dist}/RECORD"] = "".join(f"{path},,\n" for path in [*files, f"{dist}/RECORD"])
+    with zipfile.ZipFile(folder / f"{name}-{version}-py3-none-any.whl", "w") as zf:
+        for path, text in files.items():
+            zf.writestr(path, text)
+
+
+def test_offline_install_puts_the_wheelhouse_and_the_package_in_one_folder(tmp_path):
+    """scripts/offline_install.sh (offline_run.sh, device_run.sh) on a node without network:
+    the wheelhouse, then l1bench built from the working tree (here by the node's setuptools: the
+    wheelhouse has no build-tools/), both found through PYTHONPATH."""
+    wheelhouse, site, bin_dir = tmp_path / "wheelhouse", tmp_path / "site", tmp_path / "bin"
+    wheelhouse.mkdir()
+    bin_dir.mkdir()
+    _wheel(wheelhouse)
+    python3 = bin_dir / "python3"  # the node's python3: this interpreter, in its environment
+    python3.write_text(f'#!/bin/sh\nexec "{sys.executable}" "$@"\n')
+    python3.chmod(0o755)
+    check = "import l1bench, tiny; print(l1bench.__file__)"
+    script = f'. "{ROOT}/scripts/offline_install.sh" "{wheelhouse}" && python3 -c "{check}"'
+    env = dict(os.environ, PATH=f"{bin_dir}{os.pathsep}{os.environ['PATH']}", L1_SITE=str(site),
+               PIP_NO_INDEX="1", PYTHONPATH="")
+    proc = subprocess.run(["bash", "-c", script], cwd=tmp_path, env=env, capture_output=True, text=True,
+                          timeout=300, check=False)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.strip() == str(site / "l1bench" / "__init__.py")
+    assert (site / "l1bench" / "worker.py").read_bytes() == (ROOT / "src/l1bench/worker.py").read_bytes()
