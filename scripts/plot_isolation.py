@@ -14,9 +14,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
 from l1bench import compare
 
+ROOT = Path(__file__).resolve().parents[1]
 BENCH = ROOT / "results/h100/bench/stalls-alloc-h200.json"
 RUNS = {  # label: (first, second) results trees
     "design 2\nconcurrent": ("results/isolation/design2/c1/h100", "results/isolation/design2/c2/h100"),
