@@ -10,20 +10,7 @@ params:         device, ceiling, slices
 
 import json
 import logging
-import sys
 from pathlib import Path
-
-
-def _setup_logging(log_path):
-    Path(log_path).parent.mkdir(parents=True, exist_ok=True)
-    fh = open(log_path, "w", encoding="utf-8", buffering=1)  # noqa: SIM115 - lives for the process
-    sys.stderr = fh
-    logging.basicConfig(
-        stream=fh,
-        level=logging.INFO,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        force=True,
-    )
 
 
 #: Hand-written notes beside the generated report, linked when present.
@@ -42,8 +29,10 @@ def _as_list(x):
 
 
 def main(smk):
+    from l1bench.log import FORMAT_NAMED, setup_logging
+
     if smk.log:
-        _setup_logging(smk.log[0])
+        setup_logging(smk.log[0], fmt=FORMAT_NAMED, mode="w", capture_stderr=True)
     log = logging.getLogger("aggregate")
 
     from l1bench import aggregate as agg

@@ -8,15 +8,10 @@ import logging
 import sys
 
 
-def _setup(smk):
-    """Send logging and stderr to the rule's log."""
-    log = open(smk.log[0], "w", buffering=1)
-    sys.stderr = log
-    logging.basicConfig(stream=log, level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s", force=True)
-
-
 def main(smk):
-    _setup(smk)
+    from l1bench.log import FORMAT_LEVEL, setup_logging
+
+    setup_logging(smk.log[0], fmt=FORMAT_LEVEL, mode="w", capture_stderr=True)  # stderr too: tracebacks
     from l1bench.fetch import FetchError, download
 
     url, sha256, dest = smk.params.url, smk.params.get("sha256"), smk.output[0]

@@ -160,9 +160,10 @@ def gave_up(job: dict, attempts: list, max_attempts: int) -> dict | None:
 def main(smk) -> None:
     from l1bench import attempts as attempts_mod
     from l1bench.io import atomic_write_json
+    from l1bench.log import setup_logging
     from l1bench.runner import JobFailed, JobStopped, run_worker
 
-    logging.basicConfig(filename=smk.log[0], level=logging.INFO, format="%(asctime)s %(message)s")
+    setup_logging(smk.log[0])  # appended to: the worker writes into the same log
     drain = os.environ.get(DRAIN_ENV)
     if drain and Path(drain).exists():
         logging.error("not started: the run is draining (%s exists); the next run does this job", drain)

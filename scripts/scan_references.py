@@ -97,10 +97,11 @@ def smk_main(smk) -> None:
 
     from l1bench.io import atomic_write_json
     from l1bench.lifeline import exit_with_workflow
+    from l1bench.log import setup_logging
 
     exit_with_workflow()  # a killed workflow leaves no scan (nor reference) running
 
-    logging.basicConfig(filename=smk.log[0], level=logging.INFO, format="%(asctime)s %(message)s")
+    setup_logging(smk.log[0])
     tids = [Path(m).parent.name for m in smk.input.meta]
     res = scan_folder(Path(smk.input.meta[0]).parent.parent, smk.params.trials, smk.params.timeout, smk.threads, tids)
     for tid, r in res.items():

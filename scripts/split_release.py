@@ -6,8 +6,9 @@ from pathlib import Path
 
 def main(smk) -> None:
     from l1bench import fetch, release, split
+    from l1bench.log import setup_logging
 
-    logging.basicConfig(filename=smk.log[0], level=logging.INFO, format="%(asctime)s %(message)s")
+    setup_logging(smk.log[0])
     inputs = dict(smk.input.items())
     sha = smk.params.sha256
     for key, path in inputs.items():
