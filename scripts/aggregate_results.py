@@ -12,7 +12,6 @@ import json
 import logging
 from pathlib import Path
 
-
 #: Hand-written notes beside the generated report, linked when present.
 NOTES = {
     "Run notes: what ran, its cost, findings (RUN_NOTES.md)": "RUN_NOTES.md",

@@ -213,7 +213,8 @@ def main(argv: list[str] | None = None) -> int:
     print("closure check ok. Install on the target, in the repository (the wheelhouse, then its l1bench package;\n"
           "scripts/offline_run.sh does this and runs the workflow):\n"
           f"  python3 -m pip install --no-index --no-deps --target /tmp/site {args.dest}/*.whl\n"
-          f"  python3 -m pip install --no-index --no-deps --find-links {args.dest / BUILD_TOOLS_DIR} --target /tmp/site .\n"
+          f"  python3 -m pip install --no-index --no-deps --find-links {args.dest / BUILD_TOOLS_DIR}"
+          " --target /tmp/site .\n"
           "  export PYTHONPATH=/tmp/site")
     return 0
 

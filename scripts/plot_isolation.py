@@ -45,7 +45,9 @@ def main(out: Path = ROOT / "results/isolation/figures/isolation.png") -> Path:
     ax1.set_yscale("log")
     ax1.set_xticks(list(x), names, rotation=35, ha="right", fontsize=8)
     ax1.set_ylabel("timed call with a device allocation (ms)")
-    ax1.set_title("Other processes' calls into the GPU driver delay\na timed call that calls into it (H200)", fontsize=10)
+    ax1.set_title(
+        "Other processes' calls into the GPU driver delay\na timed call that calls into it (H200)", fontsize=10
+    )
     ax1.legend(fontsize=8)
     labels, within, stalled = [], [], []
     for label, (a, b) in RUNS.items():
@@ -59,7 +61,7 @@ def main(out: Path = ROOT / "results/isolation/figures/isolation.png") -> Path:
     ax2.set_xticks(range(len(labels)), labels, fontsize=7)
     ax2.set_ylabel("tasks within ±15 % of the other run (%)")
     ax2.set_title("Two runs of the same tasks (default mode, paper protocol)", fontsize=10)
-    for bar, s in zip(bars, stalled):
+    for bar, s in zip(bars, stalled, strict=False):
         ax2.text(bar.get_x() + bar.get_width() / 2, bar.get_height() + 1,
                  f"stalled/1000:\n{s[0]:.2f}, {s[1]:.2f}", ha="center", fontsize=7)
     fig.tight_layout()

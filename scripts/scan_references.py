@@ -88,7 +88,7 @@ def scan_folder(tasks_dir, trials: int = 2, timeout: float = 120, jobs: int = 2,
         refs = [r for r in refs if r.parent.name in set(tids)]
     with ThreadPoolExecutor(max(1, jobs)) as pool:
         found = pool.map(lambda r: scan_one(r, trials, timeout), refs)
-        return dict(zip((r.parent.name for r in refs), found))
+        return dict(zip((r.parent.name for r in refs), found, strict=False))
 
 
 def smk_main(smk) -> None:

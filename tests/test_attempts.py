@@ -61,7 +61,8 @@ def test_an_unreadable_ledger_counts_as_no_attempts(tmp_path):
 
 
 def test_last_error_line_names_the_exception_not_the_noise():
-    assert attempts.last_error_line(WORKER_LOG) == "RuntimeError: Offset increment outside graph capture encountered unexpectedly."
+    error = "RuntimeError: Offset increment outside graph capture encountered unexpectedly."
+    assert attempts.last_error_line(WORKER_LOG) == error
     assert attempts.log_error(WORKER_LOG) == (
         "L2_T062: worker crashed (exit code 1), see log",
         "RuntimeError: Offset increment outside graph capture encountered unexpectedly.",
@@ -129,7 +130,9 @@ def test_a_job_log_set_up_by_l1bench_log_is_read_back(tmp_path):
     finally:
         logging.basicConfig(force=True)  # closes the file
     lines = log.read_text().splitlines()
-    assert lines[:2] == ["$ python -m l1bench.worker job.json result.json", "RuntimeError: CUDA error: misaligned address"]
+    assert lines[:2] == [
+        "$ python -m l1bench.worker job.json result.json", "RuntimeError: CUDA error: misaligned address"
+    ]
     assert re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} FAILED \(no result written.*SIGKILL\)", lines[2])
     assert attempts.log_error(log.read_text()) == (
         "L1_T005: worker crashed (signal SIGKILL)", "RuntimeError: CUDA error: misaligned address")

@@ -189,7 +189,9 @@ def test_the_wheelhouse_carries_what_builds_l1bench(tmp_path, wheelhouse, monkey
     from packaging.requirements import Requirement
 
     calls = []
-    monkeypatch.setattr(wheelhouse.subprocess, "run", lambda cmd: calls.append(cmd) or subprocess.CompletedProcess(cmd, 0))
+    monkeypatch.setattr(
+        wheelhouse.subprocess, "run", lambda cmd: calls.append(cmd) or subprocess.CompletedProcess(cmd, 0)
+    )
     assert wheelhouse.main(["--dest", str(tmp_path)]) == 0
     (tools,) = [c for c in calls if str(tmp_path / "build-tools") in c]
     assert tools[tools.index(str(tmp_path / "build-tools")) + 1:] == list(wheelhouse.BUILD_TOOLS)

@@ -32,7 +32,9 @@ def fake_smk(work, kind, tid, backend="cpu", **params):
     inputs = {"meta": f"{res}/tasks/{tid}/meta.json"}
     if kind == "check":
         inputs["build"] = str(work / "build.json")
-    protocol = {"release": "x", "paper": dict(PAPER)} | ({"build": {"max_jobs": 1, "cuda_arch_list": ""}} if kind == "build" else {})
+    protocol = {"release": "x", "paper": dict(PAPER)}
+    if kind == "build":
+        protocol["build"] = {"max_jobs": 1, "cuda_arch_list": ""}
     return SimpleNamespace(
         rule=f"{kind}_task",
         input=Named(**inputs),
@@ -49,7 +51,8 @@ def fake_smk(work, kind, tid, backend="cpu", **params):
 
 @pytest.fixture
 def work(tmp_path):
-    split.split_release(release.load_release(DEMO), tmp_path / "results/demo/tasks", "demo", {"path": "demo", "sha256": "x"})
+    tasks = release.load_release(DEMO)
+    split.split_release(tasks, tmp_path / "results/demo/tasks", "demo", {"path": "demo", "sha256": "x"})
     (tmp_path / "build.json").write_text(json.dumps({"kind": "build", "status": "ok", "reason": ""}))
     return tmp_path
 

@@ -27,8 +27,13 @@ PAPER = {
     "early_stop_below": None,
     "inputs_on_device": True,
 }
-STRICT = {"rse_target": 0.05, "min_reps": 5, "max_reps": 20, "budget_s": 3, "sync_mismatch": 1.5, "l2_factor": 1.5, "seed": 42}
-DETECTORS = {"n_calls": 2, "precision_factor": 10, "precision_floor": 1e-6, "speedup_ceiling": 10, "seed": 42, "atol": 0.01, "rtol": 0.01}
+STRICT = {
+    "rse_target": 0.05, "min_reps": 5, "max_reps": 20, "budget_s": 3, "sync_mismatch": 1.5, "l2_factor": 1.5, "seed": 42
+}
+DETECTORS = {
+    "n_calls": 2, "precision_factor": 10, "precision_floor": 1e-6, "speedup_ceiling": 10, "seed": 42, "atol": 0.01,
+    "rtol": 0.01,
+}
 
 
 @pytest.fixture(scope="module")
@@ -72,7 +77,9 @@ def test_time_paper_and_strict(tasks, tmp_path):
     paper = run(tasks, tmp_path, "L1_T001", "time", check_result=check, mode="default", protocol="paper")
     assert paper["status"] == "ok" and paper["score"] > 0  # no timing assertions in tests
     assert [len(r) for r in paper["ref_ms"]] == [3, 3] and paper["n_timings"] == 6
-    strict = run(tasks, tmp_path, "L1_T001", "time", check_result=check, mode="default", protocol="strict", strict=STRICT)
+    strict = run(
+        tasks, tmp_path, "L1_T001", "time", check_result=check, mode="default", protocol="strict", strict=STRICT
+    )
     assert strict["status"] == "ok" and strict["score"] > 0
     st = strict["strict"]
     assert st["ci95"][0] <= st["speedup_median"] <= st["ci95"][1]

@@ -87,7 +87,8 @@ def render(results_root, device: str = "h100") -> str:
         "",
         f"**{len(found)} tasks**: the custom code calls `load_inline`, the build fails, the code catches it "
         "and falls back to PyTorch ops, so its check passes and **what is timed is the fallback, not a "
-        f"CUDA kernel** (flag `EXTENSION_BUILD_FAILED`). {len(found) - n_api - n_unknown} are, by their message, *source* errors that no "
+        f"CUDA kernel** (flag `EXTENSION_BUILD_FAILED`). {len(found) - n_api - n_unknown} are, by their message, "
+        "*source* errors that no "
         "torch compiles (a function bound in the module not declared in `cpp_sources`, a "
         "`PYBIND11_MODULE` next to `functions=`, …): the published speedup can only have timed the "
         f"fallback too. {n_api} use a *torch/toolchain API* that torch 2.11 / CUDA 13 no longer offers "

@@ -56,7 +56,9 @@ class SectionTimeout(subprocess.TimeoutExpired):
     """The child held the device lock longer than one GPU section may take."""
 
 
-def run_worker(job: dict, timeout: float, log_path, env: dict | None = None, section_timeout: float | None = None) -> dict:
+def run_worker(
+    job: dict, timeout: float, log_path, env: dict | None = None, section_timeout: float | None = None
+) -> dict:
     """Run one job in a child process and return its result dict.
 
     Raises :class:`JobFailed` on timeout, on a crash (any exit without a result)
@@ -100,10 +102,13 @@ def run_worker(job: dict, timeout: float, log_path, env: dict | None = None, sec
                 raise JobStopped(f"{job['tid']}: stopped, the workflow that started it is gone") from None
             except SectionTimeout:
                 _kill_group(proc)
-                raise JobFailed(f"{job['tid']}: held the GPU lock for more than {section_timeout:.0f} s", "section_timeout") from None
+                held = f"{job['tid']}: held the GPU lock for more than {section_timeout:.0f} s"
+                raise JobFailed(held, "section_timeout") from None
             except subprocess.TimeoutExpired:
                 _kill_group(proc)
-                raise JobFailed(f"{job['tid']}: timed out after {timeout:.0f} s (not counting lock waits)", "timeout") from None
+                raise JobFailed(
+                    f"{job['tid']}: timed out after {timeout:.0f} s (not counting lock waits)", "timeout"
+                ) from None
             finally:
                 _kill_group(proc)  # leave no stray grandchildren (compile workers, threads)
             log.write(f"worker exit {rc} after {time.monotonic() - t0:.1f} s\n")

@@ -129,7 +129,7 @@ def cpu_samples(lines) -> dict:
     if len(rows) < 2:
         return {"samples": len(rows)}
     busy = [
-        1 - (i1 - i0) / (t1 - t0) for (t0, i0), (t1, i1) in zip(rows, rows[1:]) if t1 > t0
+        1 - (i1 - i0) / (t1 - t0) for (t0, i0), (t1, i1) in zip(rows, rows[1:], strict=False) if t1 > t0
     ]
     return {
         "samples": len(busy),
