@@ -4,7 +4,7 @@ Left: latency of a timed call that allocates device memory (as the first timed p
 outer trial does) while other processes do one thing a workflow job does outside the GPU lock
 (scripts/bench_stalls.py, ``alloc``: median and 99th percentile). Right: two concurrent runs of
 the same 53 tasks agree within ±15 % for how many tasks, and how many timed calls per 1000 were
-stalled, per design (results/isolation/**, compared as scripts/l1bench/compare.py does).
+stalled, per design (results/isolation/**, compared as src/l1bench/compare.py does).
 
     python scripts/plot_isolation.py
 """

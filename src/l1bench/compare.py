@@ -6,8 +6,8 @@
 * ``run_to_run``: the same tasks timed twice (two results folders): per task the two scores
   and their relative difference, with the median and maximum.
 
-``python scripts/l1bench/compare.py slice results/h100/scores.csv config/slices/h100_slice41.yaml``
-``python scripts/l1bench/compare.py repeat results/h100 results/repeat/h100 --mode default``
+``l1bench compare slice results/h100/scores.csv config/slices/h100_slice41.yaml``
+``l1bench compare repeat results/h100 results/repeat/h100 --mode default``
 Both print markdown; ``--out FILE`` writes it atomically instead.
 """
 

@@ -1,6 +1,6 @@
 """Per-stage wall time of a run, from the provenance recorded in every result file.
 
-``python scripts/l1bench/stagetimes.py results/h100`` prints, per stage (build, check,
+``l1bench stagetimes results/h100`` prints, per stage (build, check,
 each time mode): results, jobs that ran a worker, summed job wall time, summed time holding the GPU lock (the
 exclusive GPU cost), summed torch.compile warm-up, and the span from the first start to
 the last finish, and how many paper-protocol timed calls a host-side stall stretched
