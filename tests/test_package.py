@@ -5,6 +5,7 @@ import importlib
 import importlib.metadata
 import os
 import re
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -99,8 +100,12 @@ def _wheel(folder, name="tiny", version="1.0"):
 def test_offline_install_puts_the_wheelhouse_and_the_package_in_one_folder(tmp_path):
     """scripts/offline_install.sh (offline_run.sh, device_run.sh) on a node without network:
     the wheelhouse, then l1bench built from the working tree (here by the node's setuptools: the
-    wheelhouse has no build-tools/), both found through PYTHONPATH."""
-    wheelhouse, site, bin_dir = tmp_path / "wheelhouse", tmp_path / "site", tmp_path / "bin"
+    wheelhouse has no build-tools/), both found through PYTHONPATH. The build runs in a copy of
+    the package's files (pip builds in the tree it is given)."""
+    repo, wheelhouse, site, bin_dir = tmp_path / "repo", tmp_path / "wheelhouse", tmp_path / "site", tmp_path / "bin"
+    for name in ("pyproject.toml", "README.md", "scripts/offline_install.sh", "src/l1bench"):
+        (repo / name).parent.mkdir(parents=True, exist_ok=True)
+        (shutil.copytree if (ROOT / name).is_dir() else shutil.copy)(ROOT / name, repo / name)
     wheelhouse.mkdir()
     bin_dir.mkdir()
     _wheel(wheelhouse)
@@ -108,7 +113,7 @@ def test_offline_install_puts_the_wheelhouse_and_the_package_in_one_folder(tmp_p
     python3.write_text(f'#!/bin/sh\nexec "{sys.executable}" "$@"\n')
     python3.chmod(0o755)
     check = "import l1bench, tiny; print(l1bench.__file__)"
-    script = f'. "{ROOT}/scripts/offline_install.sh" "{wheelhouse}" && python3 -c "{check}"'
+    script = f'. "{repo}/scripts/offline_install.sh" "{wheelhouse}" && python3 -c "{check}"'
     env = dict(os.environ, PATH=f"{bin_dir}{os.pathsep}{os.environ['PATH']}", L1_SITE=str(site),
                PIP_NO_INDEX="1", PYTHONPATH="")
     proc = subprocess.run(["bash", "-c", script], cwd=tmp_path, env=env, capture_output=True, text=True,
