@@ -54,8 +54,7 @@ rule slice_report:
     conda:
         "../envs/environment.yaml"
     params:
-        script=f"{workflow.basedir}/scripts/l1bench/compare.py",
         tolerance=0.15,
     shell:
-        "python {params.script} slice {input.scores} {input.tasks}"
+        "python -m l1bench.compare slice {input.scores} {input.tasks}"
         " --tol {params.tolerance} --title {wildcards.name} --out {output} 2> {log}"

@@ -7,11 +7,20 @@ from pathlib import Path
 from snakemake.exceptions import WorkflowError
 from snakemake.utils import validate
 
-sys.path.insert(0, str(Path(workflow.basedir) / "scripts"))
+#: The one line a run without the l1bench package (src/l1bench, pyproject.toml) stops with.
+NOT_INSTALLED = (
+    "the l1bench package is not installed: run `pip install -e .` in this repository "
+    "(offline: see docs/running.md)"
+)
 
-from l1bench import release as rel  # noqa: E402
-from l1bench import fetch, freshness, lifeline, preflight, recovery  # noqa: E402
-from l1bench.io import logs_dir  # noqa: E402
+try:
+    from l1bench import release as rel
+    from l1bench import fetch, freshness, lifeline, preflight, recovery
+    from l1bench.io import logs_dir
+except ModuleNotFoundError as err:
+    if err.name != "l1bench":
+        raise
+    sys.exit(NOT_INSTALLED)
 
 
 def _normalise_cli_booleans(cfg):

@@ -10,28 +10,7 @@ params:         device, ceiling, slices
 
 import json
 import logging
-import sys
 from pathlib import Path
-
-
-def _setup_logging(log_path):
-    Path(log_path).parent.mkdir(parents=True, exist_ok=True)
-    fh = open(log_path, "w", encoding="utf-8", buffering=1)  # noqa: SIM115 - lives for the process
-    sys.stderr = fh
-    logging.basicConfig(
-        stream=fh,
-        level=logging.INFO,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        force=True,
-    )
-
-
-def _package_dir(smk) -> Path:
-    scriptdir = getattr(smk, "scriptdir", None)
-    if scriptdir and (Path(scriptdir) / "l1bench").is_dir():
-        return Path(scriptdir)
-    return Path(__file__).resolve().parent
-
 
 #: Hand-written notes beside the generated report, linked when present.
 NOTES = {
@@ -49,10 +28,11 @@ def _as_list(x):
 
 
 def main(smk):
+    from l1bench.log import FORMAT_NAMED, setup_logging
+
     if smk.log:
-        _setup_logging(smk.log[0])
+        setup_logging(smk.log[0], fmt=FORMAT_NAMED, mode="w", capture_stderr=True)
     log = logging.getLogger("aggregate")
-    sys.path.insert(0, str(_package_dir(smk)))
 
     from l1bench import aggregate as agg
     from l1bench import freshness

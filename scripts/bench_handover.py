@@ -34,9 +34,7 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from l1bench import gpulock  # noqa: E402
+from l1bench import gpulock
 
 PHASES = ("solo", "free_small", "free_big", "exit_locked", "exit_unlocked")
 
@@ -70,8 +68,8 @@ def interferer(kind: str, until: float, lock_dir: str) -> None:
 
 def spawn_loop(kind: str, until: float, lock_dir: str, n: int) -> list:
     if kind in ("free_small", "free_big"):
-        return [subprocess.Popen([sys.executable, __file__, "--interfere", kind, "--until", str(until), "--lock-dir", lock_dir],
-                                 start_new_session=True) for _ in range(n)]
+        cmd = [sys.executable, __file__, "--interfere", kind, "--until", str(until), "--lock-dir", lock_dir]
+        return [subprocess.Popen(cmd, start_new_session=True) for _ in range(n)]
     # a shell loop per slot starting one short-lived process after another
     cmd = f"{sys.executable} {Path(__file__).resolve()} --interfere {kind} --until {until} --lock-dir {lock_dir}"
     loop = f"while [ $(date +%s) -lt {int(until)} ]; do {cmd}; done"
@@ -151,7 +149,8 @@ def main(argv=None) -> int:
               f"tiny stalled {res['tiny_stalled']} of {res['tiny_calls']}", flush=True)
     if args.json:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.json).write_text(json.dumps({"timing_cpu": timing[0], "seconds": args.seconds, "phases": out}, indent=1))
+        summary = {"timing_cpu": timing[0], "seconds": args.seconds, "phases": out}
+        Path(args.json).write_text(json.dumps(summary, indent=1))
     return 0
 
 

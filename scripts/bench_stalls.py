@@ -52,9 +52,7 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from l1bench import gpulock, hostclock, stalls  # noqa: E402
+from l1bench import gpulock, hostclock, stalls
 
 ACTIVITIES = (
     "idle", "cpu_python", "cpu_shared", "process_churn", "cuda_context", "alloc_free", "gpu_kernels",
@@ -130,7 +128,8 @@ def interfere(activity: str, until: float, ext: list[str], cpu: bool) -> int:
             n = tick(n)
     elif activity == "compile_first_call":
         code = (
-            f"import torch; m = torch.nn.Sequential(torch.nn.Linear(256, 256), torch.nn.GELU(), torch.nn.Linear(256, 64)).to('{dev}');"
+            "import torch; m = torch.nn.Sequential(torch.nn.Linear(256, 256), torch.nn.GELU(), "
+            f"torch.nn.Linear(256, 64)).to('{dev}');"
             f" torch.compile(m)(torch.randn(32, 256, device='{dev}'))"
         )
         while time.time() < until:
@@ -141,7 +140,8 @@ def interfere(activity: str, until: float, ext: list[str], cpu: bool) -> int:
             src = Path(tmp) / "k.cu"
             src.write_text(CU_SOURCE)
             while time.time() < until:
-                rc = subprocess.run(["nvcc", "-c", str(src), "-o", str(Path(tmp) / "k.o")], capture_output=True).returncode
+                nvcc = ["nvcc", "-c", str(src), "-o", str(Path(tmp) / "k.o")]
+                rc = subprocess.run(nvcc, capture_output=True).returncode
                 if rc:
                     return -1
                 n = tick(n)
@@ -154,7 +154,8 @@ def interfere(activity: str, until: float, ext: list[str], cpu: bool) -> int:
             "for p in sys.argv[1:]:\n"
             "    name = p.rsplit('/', 1)[-1].split('.')[0]\n"
             "    try:\n"
-            "        spec = importlib.util.spec_from_file_location(name, p, loader=importlib.machinery.ExtensionFileLoader(name, p))\n"
+            "        spec = importlib.util.spec_from_file_location("
+            "name, p, loader=importlib.machinery.ExtensionFileLoader(name, p))\n"
             "        spec.loader.exec_module(importlib.util.module_from_spec(spec))\n"
             "    except Exception:\n"
             "        ctypes.CDLL(p)\n"
@@ -272,7 +273,7 @@ def summarise(calls: list) -> dict:
     flags = stalls.stalled(ms, med)
     causes: dict = {}
     stretch = []
-    for (v, launch), stalled in zip(calls, flags):
+    for (v, launch), stalled in zip(calls, flags, strict=False):
         if stalled:
             cause = hostclock.stall_cause(v - med, launch) if launch is not None else "unknown"
             causes[cause] = causes.get(cause, 0) + 1
@@ -316,7 +317,8 @@ def run_phase(name: str, args, timing_cpu: int, rest: set) -> dict:
     procs = []
     for activity, count in mix:
         for _ in range(count):
-            cmd = [sys.executable, __file__, "--interfere", activity, "--until", str(until), *(["--cpu"] if args.cpu else [])]
+            cmd = [sys.executable, __file__, "--interfere", activity, "--until", str(until)]
+            cmd += ["--cpu"] if args.cpu else []
             if args.ext:
                 cmd += ["--ext", *args.ext]
             procs.append((activity, subprocess.Popen(
@@ -344,14 +346,15 @@ def run_phase(name: str, args, timing_cpu: int, rest: set) -> dict:
         "tiny": summarise(calls["tiny"]),
         "medium": summarise(calls["medium"]),
         "alloc": summarise(calls["alloc"]),
-        "timing_cpu_jiffies": {n: b - a for n, a, b in zip(names, stat0, stat1)},
+        "timing_cpu_jiffies": {n: b - a for n, a, b in zip(names, stat0, stat1, strict=False)},
         "timing_cpu_interrupts": dict(sorted(irq_delta.items(), key=lambda kv: -kv[1])[:8]),
     }
     t, m, a = res["tiny"], res["medium"], res["alloc"]
     print(
-        f"{name:19s} tiny {t['calls']:7d} calls, stalled {t.get('stalled_per_1000', 0):6.2f}/1000 {t.get('causes', {})}, "
-        f"disturbed {t.get('disturbed_per_1000', 0):6.2f}/1000 | medium stalled {m.get('stalled_per_1000', 0):6.2f}/1000 "
-        f"{m.get('causes', {})} | alloc median {a.get('median_ms', 0):.3f} ms p99 {a.get('p99_ms', 0):.3f} max {a.get('max_ms', 0):.2f}, "
+        f"{name:19s} tiny {t['calls']:7d} calls, stalled {t.get('stalled_per_1000', 0):6.2f}/1000 "
+        f"{t.get('causes', {})}, disturbed {t.get('disturbed_per_1000', 0):6.2f}/1000 "
+        f"| medium stalled {m.get('stalled_per_1000', 0):6.2f}/1000 {m.get('causes', {})} "
+        f"| alloc median {a.get('median_ms', 0):.3f} ms p99 {a.get('p99_ms', 0):.3f} max {a.get('max_ms', 0):.2f}, "
         f"stalled {a.get('stalled_per_1000', 0):6.1f}/1000 {a.get('causes', {})} "
         f"| cpu{timing_cpu} irq+softirq {res['timing_cpu_jiffies']['irq'] + res['timing_cpu_jiffies']['softirq']} "
         f"sys {res['timing_cpu_jiffies']['system']} steal {res['timing_cpu_jiffies']['steal']} | work {done}",

@@ -24,10 +24,8 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from l1bench import stalls  # noqa: E402
-from l1bench.stagetimes import collect, results, table  # noqa: E402
+from l1bench import stalls
+from l1bench.stagetimes import collect, results, table
 
 
 def run(name: str, args, cores: int, gpu_jobs: int) -> dict:

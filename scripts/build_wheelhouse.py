@@ -11,7 +11,9 @@ The pinned list lives in ``envs/requirements-gpu-node.txt``; ``--slurm`` adds
 ``envs/requirements-slurm.txt`` (the SLURM executor plugin of ``profiles/slurm`` and what it
 needs beyond that list), for the nodes of a cluster. Pure-Python
 packages published only as sdists (:data:`SDIST_ONLY`) are built into
-``py3-none-any`` wheels here with ``pip wheel``. After the download
+``py3-none-any`` wheels here with ``pip wheel``. :data:`BUILD_TOOLS` (setuptools) go to
+``build-tools/`` inside it: ``scripts/offline_install.sh`` builds this repository's l1bench
+package with them on the node, without installing them beside snakemake. After the download
 :func:`missing_requirements` checks that every ``Requires-Dist`` of every wheel
 (markers evaluated for the target) is met by a wheel in the folder; the script
 exits non-zero if not.
@@ -51,6 +53,11 @@ PLATFORMS = (
 
 #: Pure-Python packages without a wheel on PyPI; built locally with ``pip wheel``.
 SDIST_ONLY = frozenset({"connection-pool"})
+
+#: What builds the l1bench package (pyproject.toml's build-system, here the development venv's
+#: version) on a node without network, and the wheelhouse's folder that holds it.
+BUILD_TOOLS = ("setuptools==84.2.1",)
+BUILD_TOOLS_DIR = "build-tools"
 
 
 def read_requirements(path: str | Path) -> list[str]:
@@ -190,6 +197,7 @@ def main(argv: list[str] | None = None) -> int:
     cmds = [pip_download_command(args.dest, args.python_version, binary, args.python)]
     if sdist:
         cmds.append(pip_wheel_command(args.dest, sdist, args.python))
+    cmds.append(pip_download_command(args.dest / BUILD_TOOLS_DIR, args.python_version, list(BUILD_TOOLS), args.python))
     for cmd in cmds:
         print("+", " ".join(cmd), flush=True)
         if subprocess.run(cmd).returncode:
@@ -202,9 +210,12 @@ def main(argv: list[str] | None = None) -> int:
     if missing:
         print("error: wheelhouse is not closed:\n  " + "\n  ".join(missing), file=sys.stderr)
         return 1
-    print("closure check ok. Install on the target with:\n"
-          f"  python3 -m pip install --no-index --no-deps --target /tmp/site {args.dest}/*.whl"
-          " && export PYTHONPATH=/tmp/site")
+    print("closure check ok. Install on the target, in the repository (the wheelhouse, then its l1bench package;\n"
+          "scripts/offline_run.sh does this and runs the workflow):\n"
+          f"  python3 -m pip install --no-index --no-deps --target /tmp/site {args.dest}/*.whl\n"
+          f"  python3 -m pip install --no-index --no-deps --find-links {args.dest / BUILD_TOOLS_DIR}"
+          " --target /tmp/site .\n"
+          "  export PYTHONPATH=/tmp/site")
     return 0
 
 

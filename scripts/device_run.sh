@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # One bounded call on a GPU node that starts bare (e.g. a lent cloud GPU): install the carried
-# wheelhouse (.whl, from scripts/build_wheelhouse.py), run the workflow for at most BUDGET_S
+# wheelhouse (.whl, from scripts/build_wheelhouse.py) and the l1bench package of this working
+# tree (scripts/offline_install.sh), run the workflow for at most BUDGET_S
 # seconds, then pack results and logs into OUT_DIR/results.tgz for the trip back. Whatever
 # finished is kept: unpack results.tgz over the repository and run the same command again to
 # continue. On a node that stays up between calls, results and built extensions also stay in
@@ -9,7 +10,7 @@
 #   e.g.   scripts/device_run.sh 540 "$OUT" --config device=h100 release_dir=.release
 # While it runs, GPU utilisation/clocks and CPU load are sampled once a second into
 # logs/samples/, so a run's idle GPU time and CPU saturation can be read afterwards
-# (scripts/l1bench/stagetimes.py results/<device> --samples logs/samples).
+# (python3 -m l1bench stagetimes results/<device> --samples logs/samples).
 set -uo pipefail
 budget=${1:?usage: scripts/device_run.sh BUDGET_S OUT_DIR [snakemake args...]}
 out=${2:?usage: scripts/device_run.sh BUDGET_S OUT_DIR [snakemake args...]}
@@ -36,10 +37,7 @@ cpu_sampler=$!
 "${off_timing[@]}" bash -c 'while sleep 1; do t=$(date +%s); grep "^cpu[0-9]" /proc/stat | sed "s/^/$t /"; done' \
     >"logs/samples/cpus-$stamp.txt" &
 cpus_sampler=$!
-site=${L1_SITE:-/tmp/l1bench-site}
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-    --target "$site" .whl/*.whl || exit 1
-export PYTHONPATH="$site${PYTHONPATH:+:$PYTHONPATH}"
+. scripts/offline_install.sh .whl || exit 1
 python3 -m snakemake --unlock "$@" >/dev/null 2>&1
 start=$(date +%s)
 log="logs/snakemake-$stamp.log"
@@ -80,4 +78,4 @@ kill "$gpu_sampler" "$cpu_sampler" "$cpus_sampler" 2>/dev/null
 tar czf .devstate/results.tgz --exclude='*/build/ext' --exclude='*/tasks' results logs
 cp .devstate/results.tgz "$out/results.tgz"
 tail -5 "logs/snakemake-$stamp.log"
-python3 scripts/l1bench/stagetimes.py results/h100 --samples logs/samples || true
+python3 -m l1bench stagetimes results/h100 --samples logs/samples || true

@@ -6,21 +6,12 @@ output: the destination file. log: ``log[0]`` receives all messages.
 
 import logging
 import sys
-from pathlib import Path
-
-
-def _setup(smk):
-    """Send logging and stderr to the rule's log; make ``l1bench`` importable."""
-    log = open(smk.log[0], "w", buffering=1)
-    sys.stderr = log
-    logging.basicConfig(stream=log, level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s", force=True)
-    # Snakemake runs a copy of this file, so __file__ may not be in scripts/.
-    here = Path(getattr(smk, "scriptdir", None) or Path(__file__).parent)
-    sys.path.insert(0, str(here))
 
 
 def main(smk):
-    _setup(smk)
+    from l1bench.log import FORMAT_LEVEL, setup_logging
+
+    setup_logging(smk.log[0], fmt=FORMAT_LEVEL, mode="w", capture_stderr=True)  # stderr too: tracebacks
     from l1bench.fetch import FetchError, download
 
     url, sha256, dest = smk.params.url, smk.params.get("sha256"), smk.output[0]

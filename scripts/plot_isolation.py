@@ -4,7 +4,7 @@ Left: latency of a timed call that allocates device memory (as the first timed p
 outer trial does) while other processes do one thing a workflow job does outside the GPU lock
 (scripts/bench_stalls.py, ``alloc``: median and 99th percentile). Right: two concurrent runs of
 the same 53 tasks agree within ±15 % for how many tasks, and how many timed calls per 1000 were
-stalled, per design (results/isolation/**, compared as scripts/l1bench/compare.py does).
+stalled, per design (results/isolation/**, compared as src/l1bench/compare.py does).
 
     python scripts/plot_isolation.py
 """
@@ -12,14 +12,11 @@ stalled, per design (results/isolation/**, compared as scripts/l1bench/compare.p
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
+from l1bench import compare
+
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "scripts"))
-
-from l1bench import compare  # noqa: E402
-
 BENCH = ROOT / "results/h100/bench/stalls-alloc-h200.json"
 RUNS = {  # label: (first, second) results trees
     "design 2\nconcurrent": ("results/isolation/design2/c1/h100", "results/isolation/design2/c2/h100"),
@@ -48,7 +45,9 @@ def main(out: Path = ROOT / "results/isolation/figures/isolation.png") -> Path:
     ax1.set_yscale("log")
     ax1.set_xticks(list(x), names, rotation=35, ha="right", fontsize=8)
     ax1.set_ylabel("timed call with a device allocation (ms)")
-    ax1.set_title("Other processes' calls into the GPU driver delay\na timed call that calls into it (H200)", fontsize=10)
+    ax1.set_title(
+        "Other processes' calls into the GPU driver delay\na timed call that calls into it (H200)", fontsize=10
+    )
     ax1.legend(fontsize=8)
     labels, within, stalled = [], [], []
     for label, (a, b) in RUNS.items():
@@ -62,7 +61,7 @@ def main(out: Path = ROOT / "results/isolation/figures/isolation.png") -> Path:
     ax2.set_xticks(range(len(labels)), labels, fontsize=7)
     ax2.set_ylabel("tasks within ±15 % of the other run (%)")
     ax2.set_title("Two runs of the same tasks (default mode, paper protocol)", fontsize=10)
-    for bar, s in zip(bars, stalled):
+    for bar, s in zip(bars, stalled, strict=False):
         ax2.text(bar.get_x() + bar.get_width() / 2, bar.get_height() + 1,
                  f"stalled/1000:\n{s[0]:.2f}, {s[1]:.2f}", ha="center", fontsize=7)
     fig.tight_layout()

@@ -64,17 +64,14 @@ def _timing(ref_cls, custom_cls, get_inputs, get_init_inputs, device, args) -> d
     timed = strict.time_strict(ref, custom, make, dev, cfg, global_state=state)
     l2 = strict.cache_sensitivity(ref, custom, make, dev, cfg, global_state=state)
     flags = timed["flags"] + l2["flags"] + detectors.ceiling_flag(timed["speedup_median"])
-    summary = {
-        k: timed.get(k)
-        for k in ("speedup_median", "ci95", "n", "rse", "stop_reason", "custom_sync_event_ratio", "speedup_event_median")
-    }
+    keys = ("speedup_median", "ci95", "n", "rse", "stop_reason", "custom_sync_event_ratio", "speedup_event_median")
+    summary = {k: timed.get(k) for k in keys}
     summary["l2"] = {k: v for k, v in l2.items() if k != "flags"}
     return {"flags": flags, "timing": summary}
 
 
 def child(args) -> int:
     """Run one case; write its raw result (flags, details, error) as JSON to ``--result``."""
-    sys.path.insert(0, str(HERE))
     from l1bench import detectors, snippet
 
     case = load_cases(Path(args.cases_file)).get_case(args.child)

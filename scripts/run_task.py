@@ -15,20 +15,19 @@ import os
 import sys
 from pathlib import Path
 
-
 #: A file whose existence tells new jobs not to start (scripts/device_run.sh creates it shortly
 #: before its time budget ends, so jobs already running can finish instead of being killed).
 DRAIN_ENV = "L1BENCH_DRAIN_FILE"
 
 
-def package_root(smk) -> Path:
-    return Path(getattr(smk, "scriptdir", None) or Path(__file__).parent)
-
-
-def code_fingerprint(package: Path) -> dict:
-    """sha256 (first 12 hex) of the measuring code, so results say which version made them."""
+def code_fingerprint() -> dict:
+    """sha256 (first 12 hex) of the measuring code (the l1bench package this job imports), so
+    results say which version made them."""
     import hashlib
 
+    import l1bench
+
+    package = Path(l1bench.__file__).parent
     names = ("worker.py", "snippet.py", "strict.py", "detectors.py", "gpulock.py", "hostclock.py")
     return {
         n: hashlib.sha256((package / n).read_bytes()).hexdigest()[:12]
@@ -158,12 +157,12 @@ def gave_up(job: dict, attempts: list, max_attempts: int) -> dict | None:
 
 
 def main(smk) -> None:
-    sys.path.insert(0, str(package_root(smk)))
     from l1bench import attempts as attempts_mod
     from l1bench.io import atomic_write_json
+    from l1bench.log import setup_logging
     from l1bench.runner import JobFailed, JobStopped, run_worker
 
-    logging.basicConfig(filename=smk.log[0], level=logging.INFO, format="%(asctime)s %(message)s")
+    setup_logging(smk.log[0])  # appended to: the worker writes into the same log
     drain = os.environ.get(DRAIN_ENV)
     if drain and Path(drain).exists():
         logging.error("not started: the run is draining (%s exists); the next run does this job", drain)
@@ -180,7 +179,6 @@ def main(smk) -> None:
                 job,
                 smk.params.timeout,
                 smk.log[0],
-                package_root(smk),
                 worker_env(smk),
                 section_timeout=getattr(smk.params, "section_timeout", None),
             )
@@ -204,7 +202,7 @@ def main(smk) -> None:
             if attempts:  # it broke before: say so in the result, which replaces the ledger
                 res["failed_attempts"] = attempts
     res["release_fingerprint"] = smk.params.protocol_params["release"]
-    res["workflow_code"] = code_fingerprint(package_root(smk) / "l1bench")
+    res["workflow_code"] = code_fingerprint()
     atomic_write_json(smk.output[0], res)
     if attempts:  # recorded in the result now (failed_attempts)
         ledger.unlink(missing_ok=True)

@@ -10,7 +10,6 @@ reference runs in a child process with a timeout, on a few random inputs.
 
 import argparse
 import json
-import os
 import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
@@ -18,7 +17,6 @@ from pathlib import Path
 
 CHILD = r"""
 import json, sys, torch
-sys.path.insert(0, sys.argv[2])
 from l1bench.snippet import load_reference, set_seed, flatten_outputs
 Model, get_inputs, get_init_inputs = load_reference(open(sys.argv[1]).read())
 torch.set_num_threads(1)
@@ -26,7 +24,7 @@ set_seed(42)
 model = Model(*get_init_inputs())
 stats = []
 with torch.no_grad():
-    for seed in range(int(sys.argv[3])):
+    for seed in range(int(sys.argv[2])):
         set_seed(seed)
         for out in flatten_outputs(model(*get_inputs())):
             if isinstance(out, torch.Tensor) and out.numel():
@@ -52,15 +50,12 @@ def verdict(stats: list) -> str:
 
 
 def scan_one(ref: Path, trials: int, timeout: float) -> dict:
-    pkg = str(Path(__file__).resolve().parent)
-    if pkg not in sys.path:
-        sys.path.insert(0, pkg)
     from l1bench.lifeline import guarded
 
     try:
         proc = subprocess.run(  # under the guard: the child dies with this process
-            guarded([sys.executable, "-c", CHILD, str(ref), pkg, str(trials)]),
-            capture_output=True, text=True, timeout=timeout, env=dict(os.environ, PYTHONPATH=pkg),
+            guarded([sys.executable, "-c", CHILD, str(ref), str(trials)]),
+            capture_output=True, text=True, timeout=timeout,
         )
     except subprocess.TimeoutExpired:
         return {"verdict": "timeout"}
@@ -93,20 +88,20 @@ def scan_folder(tasks_dir, trials: int = 2, timeout: float = 120, jobs: int = 2,
         refs = [r for r in refs if r.parent.name in set(tids)]
     with ThreadPoolExecutor(max(1, jobs)) as pool:
         found = pool.map(lambda r: scan_one(r, trials, timeout), refs)
-        return dict(zip((r.parent.name for r in refs), found))
+        return dict(zip((r.parent.name for r in refs), found, strict=False))
 
 
 def smk_main(smk) -> None:
     """Snakemake rule scan_references: scan the selected tasks, write the JSON atomically."""
     import logging
 
-    sys.path.insert(0, str(Path(getattr(smk, "scriptdir", None) or Path(__file__).parent)))
     from l1bench.io import atomic_write_json
     from l1bench.lifeline import exit_with_workflow
+    from l1bench.log import setup_logging
 
     exit_with_workflow()  # a killed workflow leaves no scan (nor reference) running
 
-    logging.basicConfig(filename=smk.log[0], level=logging.INFO, format="%(asctime)s %(message)s")
+    setup_logging(smk.log[0])
     tids = [Path(m).parent.name for m in smk.input.meta]
     res = scan_folder(Path(smk.input.meta[0]).parent.parent, smk.params.trials, smk.params.timeout, smk.threads, tids)
     for tid, r in res.items():

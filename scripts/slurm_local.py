@@ -272,7 +272,9 @@ def install_packages(log: Path) -> None:
 def munge_works() -> bool:
     try:
         cred = _run([which("munge") or "munge", "-n"], timeout=10)
-        return cred.returncode == 0 and _run([which("unmunge") or "unmunge"], input=cred.stdout, timeout=10).returncode == 0
+        if cred.returncode:
+            return False
+        return _run([which("unmunge") or "unmunge"], input=cred.stdout, timeout=10).returncode == 0
     except (OSError, subprocess.SubprocessError):
         return False
 
@@ -282,7 +284,8 @@ def namespaces_work() -> bool:
     if not which("unshare"):
         return False
     try:
-        proc = _run(["unshare", "--pid", "--uts", "--fork", "--mount-proc", "sh", "-c", f"hostname {NODE} && echo $$"], timeout=20)
+        cmd = ["unshare", "--pid", "--uts", "--fork", "--mount-proc", "sh", "-c", f"hostname {NODE} && echo $$"]
+        proc = _run(cmd, timeout=20)
     except (OSError, subprocess.SubprocessError):
         return False
     return proc.returncode == 0 and proc.stdout.strip() == "1"
@@ -337,7 +340,7 @@ class Cluster:
         out = _run(cmd, timeout=60)
         if out.returncode:
             raise SlurmUnavailable(f"sacct failed: {_last_line(out.stderr)}")
-        return [dict(zip(fields, line.split("|"))) for line in out.stdout.splitlines() if line.strip()]
+        return [dict(zip(fields, line.split("|"), strict=False)) for line in out.stdout.splitlines() if line.strip()]
 
     def sacct_lines(self, fmt="JobIDRaw,Partition%9,State%12,ExitCode,Elapsed,AllocTRES%45,Comment%60",
                     duplicates: bool = False) -> str:
@@ -451,7 +454,9 @@ def start(workdir, install: bool = True, separate_node: bool | None = None, conf
     conf_dir.mkdir(parents=True, exist_ok=True)
     _stop_stale(conf_dir)
     if (conf_dir / "slurm.conf").exists():
-        raise SlurmUnavailable(f"a SLURM is already configured on this machine ({conf_dir / 'slurm.conf'}); not replacing it")
+        raise SlurmUnavailable(
+            f"a SLURM is already configured on this machine ({conf_dir / 'slurm.conf'}); not replacing it"
+        )
     if separate_node is None:
         separate_node = namespaces_work()
     hardware = parse_slurmd_c(_run([which("slurmd"), "-C"], timeout=30).stdout)

@@ -1,15 +1,14 @@
 """Snakemake script of split_release: parse the release, verify it, write task folders."""
 
 import logging
-import sys
 from pathlib import Path
 
 
 def main(smk) -> None:
-    sys.path.insert(0, str(Path(getattr(smk, "scriptdir", None) or Path(__file__).parent)))
     from l1bench import fetch, release, split
+    from l1bench.log import setup_logging
 
-    logging.basicConfig(filename=smk.log[0], level=logging.INFO, format="%(asctime)s %(message)s")
+    setup_logging(smk.log[0])
     inputs = dict(smk.input.items())
     sha = smk.params.sha256
     for key, path in inputs.items():

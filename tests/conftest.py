@@ -1,13 +1,12 @@
-"""Test configuration: make ``scripts/`` importable and locate the real release data."""
+"""Test configuration: markers, and where the real release data is. The l1bench package is
+imported as installed (pip install -r envs/requirements-dev.txt installs it: -e .)."""
 
 import os
-import sys
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "scripts"))
 
 
 def pytest_configure(config):

@@ -2,6 +2,7 @@
 processes, results and job counts it leaves behind."""
 
 import hashlib
+import importlib.util
 import os
 import re
 import shutil
@@ -14,6 +15,17 @@ ROOT = Path(__file__).resolve().parents[1]
 SNAKEMAKE = [sys.executable, "-m", "snakemake"]
 WORKFLOW = ("Snakefile", "rules", "scripts", "config", "profiles", "envs")
 MODES = ("default", "torch_compile", "torch_compile_reduce_overhead", "cuda_graph", "cudnn")
+
+
+def script_module(name):
+    """``scripts/<name>.py`` imported as the module ``name`` (once: later calls return the same
+    module). The workflow runs these files as scripts; they are not part of the package."""
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, ROOT / "scripts" / f"{name}.py")
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+    return sys.modules[name]
 
 
 def copy_workflow(dest, src=ROOT, extra=()):

@@ -52,7 +52,7 @@ README_MEANS = {
 @pytest.mark.parametrize("device", sorted(README_MEANS))
 def test_readme_means_reproduced(release_dir, device):
     """h100 is the brief's self-check; the other devices confirm the same convention."""
-    for mode, expected in zip(MODES[:4], README_MEANS[device]):
+    for mode, expected in zip(MODES[:4], README_MEANS[device], strict=False):
         if expected is None:
             continue
         got = _stats(release_dir, device, mode)["Mean"]
@@ -575,7 +575,6 @@ def test_script_main(tree, tmp_path):
     )
     smk.params = named({"device": "h100"})
     smk.log = named({"log": str(tmp_path / "logs" / "aggregate.log")})
-    smk.scriptdir = str(ROOT / "scripts")
 
     spec = importlib.util.spec_from_file_location(
         "aggregate_results", ROOT / "scripts" / "aggregate_results.py"
@@ -665,10 +664,13 @@ def test_paper_vs_strict_table():
     df = pd.DataFrame(
         [
             base | {"tid": "L1_T001", "mode": "default", "protocol": "paper", "measured": 2.0},
-            base | {"tid": "L1_T001", "mode": "default", "protocol": "strict", "measured": 1.9, "ci95_lo": 1.8, "ci95_hi": 2.0},
+            base
+            | {"tid": "L1_T001", "mode": "default", "protocol": "strict", "measured": 1.9}
+            | {"ci95_lo": 1.8, "ci95_hi": 2.0},
             base | {"tid": "L1_T002", "mode": "default", "protocol": "paper", "measured": 9.0},
             base
-            | {"tid": "L1_T002", "mode": "default", "protocol": "strict", "measured": 1.0, "ci95_lo": 0.9, "ci95_hi": 1.1, "flags": "EVENT_SYNC_MISMATCH"},
+            | {"tid": "L1_T002", "mode": "default", "protocol": "strict", "measured": 1.0}
+            | {"ci95_lo": 0.9, "ci95_hi": 1.1, "flags": "EVENT_SYNC_MISMATCH"},
         ]
     )
     lines = protocol_comparison_lines(df)
@@ -719,7 +721,12 @@ def test_withdrawn_flags_leave_the_tables_only_for_the_listed_tasks():
 
     from l1bench.aggregate import withdraw_flags
 
-    df = pd.DataFrame({"tid": ["L1_T095", "L1_T095", "L2_T080"], "flags": ["DEGENERATE_TASK;SAME_STORAGE", "DEGENERATE_TASK", "DEGENERATE_TASK"]})
+    df = pd.DataFrame(
+        {
+            "tid": ["L1_T095", "L1_T095", "L2_T080"],
+            "flags": ["DEGENERATE_TASK;SAME_STORAGE", "DEGENERATE_TASK", "DEGENERATE_TASK"],
+        }
+    )
     out = withdraw_flags(df, {"tasks": {"L1_T095": {"DEGENERATE_TASK": "scalar loss"}}})
     assert list(out["flags"]) == ["SAME_STORAGE", "", "DEGENERATE_TASK"]
     assert list(df["flags"])[0] == "DEGENERATE_TASK;SAME_STORAGE"  # the input is not changed
@@ -729,11 +736,13 @@ def test_withdrawn_flags_leave_the_tables_only_for_the_listed_tasks():
 def test_extension_failures_merge_results_and_annotations(tmp_path):
     from l1bench import extensions
 
-    assert extensions.cause_of('error: no suitable conversion from "const at::DeprecatedTypeProperties"') == extensions.API
+    api_error = 'error: no suitable conversion from "const at::DeprecatedTypeProperties"'
+    assert extensions.cause_of(api_error) == extensions.API
     assert extensions.cause_of("error: ‘forward’ was not declared in this scope") == extensions.SOURCE
     assert extensions.cause_of("Error building extension 'x'") == extensions.UNKNOWN
     err = "/x/build/ext/L1_T010/m/main.cpp:35:1: error: redefinition of ‘PyObject* PyInit_m()’"
-    _write(tmp_path / "check/L1_T010.json", {"tid": "L1_T010", "extension_failures": [{"extension": "m", "error": err}]})
+    failures = [{"extension": "m", "error": err}]
+    _write(tmp_path / "check/L1_T010.json", {"tid": "L1_T010", "extension_failures": failures})
     _write(tmp_path / "check/L1_T011.json", {"tid": "L1_T011", "extension_failures": [
         {"extension": "n", "error": "Error building extension 'n'"}]})
     _write(tmp_path / "extension_failures.json", {"tasks": {

@@ -2,8 +2,10 @@
 time ends with a terminal status instead of being retried forever."""
 
 import json
-import sys
+import re
 from pathlib import Path
+
+from helpers import script_module
 
 from l1bench import attempts
 
@@ -59,7 +61,8 @@ def test_an_unreadable_ledger_counts_as_no_attempts(tmp_path):
 
 
 def test_last_error_line_names_the_exception_not_the_noise():
-    assert attempts.last_error_line(WORKER_LOG) == "RuntimeError: Offset increment outside graph capture encountered unexpectedly."
+    error = "RuntimeError: Offset increment outside graph capture encountered unexpectedly."
+    assert attempts.last_error_line(WORKER_LOG) == error
     assert attempts.log_error(WORKER_LOG) == (
         "L2_T062: worker crashed (exit code 1), see log",
         "RuntimeError: Offset increment outside graph capture encountered unexpectedly.",
@@ -96,8 +99,7 @@ def test_backfill_counts_broken_attempts_from_snakemake_logs(tmp_path, monkeypat
 
 
 def test_a_job_that_broke_max_attempts_times_gets_a_terminal_result(tmp_path):
-    sys.path.insert(0, str(ROOT / "scripts"))
-    from run_task import gave_up
+    gave_up = script_module("run_task").gave_up
 
     job = {"kind": "time", "tid": "L1_T081", "mode": "cuda_graph", "protocol": "paper", "params": {"seed": 42}}
     ledger = tmp_path / "ledger.json"
@@ -109,3 +111,28 @@ def test_a_job_that_broke_max_attempts_times_gets_a_terminal_result(tmp_path):
     assert res["reason"].startswith("broke in all 2 attempts") and len(res["failed_attempts"]) == 2
     assert res["provenance"]["worker"] is False and res["params"] == {"seed": 42}
     assert json.loads(ledger.read_text())["attempts"] == got
+
+
+def test_a_job_log_set_up_by_l1bench_log_is_read_back(tmp_path):
+    """run_task's lines (l1bench.log.setup_logging, appended to the worker's output) are what
+    log_error reads: its FAILED reason, and the worker's error line, not a time-stamped one."""
+    import logging
+
+    from l1bench.log import setup_logging
+
+    log = tmp_path / "logs" / "check_task" / "L1_T005.log"
+    log.parent.mkdir(parents=True)
+    log.write_text("$ python -m l1bench.worker job.json result.json\nRuntimeError: CUDA error: misaligned address\n")
+    try:
+        setup_logging(log)
+        logging.error("FAILED (no result written; the next run retries, attempt %d of %s): %s", 1, 3,
+                      "L1_T005: worker crashed (signal SIGKILL)")
+    finally:
+        logging.basicConfig(force=True)  # closes the file
+    lines = log.read_text().splitlines()
+    assert lines[:2] == [
+        "$ python -m l1bench.worker job.json result.json", "RuntimeError: CUDA error: misaligned address"
+    ]
+    assert re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} FAILED \(no result written.*SIGKILL\)", lines[2])
+    assert attempts.log_error(log.read_text()) == (
+        "L1_T005: worker crashed (signal SIGKILL)", "RuntimeError: CUDA error: misaligned address")

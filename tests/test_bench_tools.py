@@ -67,7 +67,8 @@ def test_retime_adopt_replaces_each_re_timed_result_and_keeps_the_others(tmp_pat
     put(new, "time/paper/cudnn/L1_T002.json", status="ok", score=3.0, timing_design=3)
     counts = retime.adopt(new, old, design=4)
     assert counts == {"adopted": 2, "skipped": 1, "paper/default": 1, "strict/default": 1}
-    assert (old / "time/paper/default/L1_T001.json").read_text() == (new / "time/paper/default/L1_T001.json").read_text()
+    adopted = "time/paper/default/L1_T001.json"
+    assert (old / adopted).read_text() == (new / adopted).read_text()
     assert json.loads((old / "time/paper/default/L1_T002.json").read_text())["score"] == 2.0  # not re-timed: kept
     assert not (old / "time/paper/cudnn/L1_T002.json").exists()  # another design: skipped
     # a later re-timing starts from what is already of the design, and unscored results

@@ -4,6 +4,7 @@ import functools
 import hashlib
 import http.server
 import importlib.util
+import subprocess
 import threading
 import zipfile
 from pathlib import Path
@@ -179,6 +180,25 @@ def test_missing_requirements(tmp_path, wheelhouse):
     assert sorted(wheelhouse.missing_requirements(tmp_path, "3.12")) == [
         "alpha 1.0 requires gamma==1.0 (found 1.1)",
     ]
+
+
+def test_the_wheelhouse_carries_what_builds_l1bench(tmp_path, wheelhouse, monkeypatch):
+    """setuptools goes to build-tools/ (scripts/offline_install.sh builds the package with it on
+    the node), not beside snakemake's wheels, and meets pyproject.toml's build-system."""
+    tomllib = pytest.importorskip("tomllib")
+    from packaging.requirements import Requirement
+
+    calls = []
+    monkeypatch.setattr(
+        wheelhouse.subprocess, "run", lambda cmd: calls.append(cmd) or subprocess.CompletedProcess(cmd, 0)
+    )
+    assert wheelhouse.main(["--dest", str(tmp_path)]) == 0
+    (tools,) = [c for c in calls if str(tmp_path / "build-tools") in c]
+    assert tools[tools.index(str(tmp_path / "build-tools")) + 1:] == list(wheelhouse.BUILD_TOOLS)
+    assert not [c for c in calls if c is not tools and any(a.startswith("setuptools") for a in c)]
+    (pin,) = wheelhouse.BUILD_TOOLS
+    (need,) = tomllib.loads((ROOT / "pyproject.toml").read_text())["build-system"]["requires"]
+    assert Requirement(need).specifier.contains(pin.split("==")[1])
 
 
 def test_requirements_file_is_pinned(wheelhouse):

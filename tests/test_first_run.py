@@ -121,7 +121,8 @@ def test_without_network_a_forced_result_asks_to_split_first(clone):
     """A committed result to be redone (here forced) while the release is still to be fetched
     and split: one line saying to split first, before any download; nothing changes."""
     before = tree_digest(clone / "results/h100")
-    cmd = SNAKEMAKE + ["--cores", "1", "--configfile", "offline.yaml", "--forcerun", "check_task", "--config", "device=h100"]
+    cmd = SNAKEMAKE + ["--cores", "1", "--configfile", "offline.yaml", "--forcerun", "check_task"]
+    cmd += ["--config", "device=h100"]
     proc = run(cmd, clone, env=CPU_ONLY)
     out = proc.stdout + proc.stderr
     assert proc.returncode != 0

@@ -19,14 +19,18 @@ BROKEN = ("L1_T005", "L1_T006")  # hangs (holding the lock) / kills its own proc
 
 
 def start(work, *args):
-    out = open(work / f"run-{len(list(work.glob('run-*.log')))}.log", "w")  # noqa: SIM115 - closed by the test
+    out = open(work / f"run-{len(list(work.glob('run-*.log')))}.log", "w")  # closed by the test
     return subprocess.Popen(DEMO + list(args), cwd=work, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
 
 
 def results(work):
     """{path: bytes} of every build/check/time result of the demo."""
     res = work / "results/demo"
-    return {str(p.relative_to(res)): p.read_bytes() for stage in ("build", "check", "time") for p in res.glob(f"{stage}/**/*.json")}
+    return {
+        str(p.relative_to(res)): p.read_bytes()
+        for stage in ("build", "check", "time")
+        for p in res.glob(f"{stage}/**/*.json")
+    }
 
 
 def worker_running(log: Path) -> bool:

@@ -115,7 +115,7 @@ def test_a_disturbed_pair_is_timed_again(monkeypatch):
     assert len(ref) == len(cus) == 4 and len(calls) == 10  # one pair more
     summary = ledger.summary()
     assert summary["retimed_pairs"] == 1 and summary["disturbed_calls"] == 1
-    row = dict(zip(summary["columns"], summary["calls_listed"][0]))
+    row = dict(zip(summary["columns"], summary["calls_listed"][0], strict=False))
     assert row["pair"] == 1 and row["retimed"] == 1 and row["wait_us"] == 4100
 
 

@@ -85,12 +85,11 @@ def test_tokens_tell_a_running_process_from_a_gone_one():
 
 
 def test_the_guard_passes_the_exit_status_on():
-    env = dict(os.environ, PYTHONPATH=str(ROOT / "scripts"))
     exit7 = lifeline.guarded([sys.executable, "-c", "raise SystemExit(7)"])
-    assert subprocess.run(exit7, env=env).returncode == 7
+    assert subprocess.run(exit7).returncode == 7
     for sig in (signal.SIGKILL, signal.SIGTERM):
         kill = f"import os; os.kill(os.getpid(), {int(sig)})"
-        assert subprocess.run(lifeline.guarded([sys.executable, "-c", kill]), env=env).returncode == -sig
+        assert subprocess.run(lifeline.guarded([sys.executable, "-c", kill])).returncode == -sig
 
 
 def test_a_worker_dies_with_its_job_script(tasks, tmp_path):
@@ -99,12 +98,12 @@ def test_a_worker_dies_with_its_job_script(tasks, tmp_path):
     job = tmp_path / "job.json"
     job.write_text(json.dumps(hanging_job(tasks, tmp_path)))
     script = (
-        "import json, sys; sys.path.insert(0, sys.argv[1]);"
+        "import json, sys;"
         "from l1bench.runner import run_worker;"
-        "run_worker(json.load(open(sys.argv[2])), 600, sys.argv[3], sys.argv[1])"
+        "run_worker(json.load(open(sys.argv[1])), 600, sys.argv[2])"
     )
     log = tmp_path / "job.log"
-    job_script = subprocess.Popen([sys.executable, "-c", script, str(ROOT / "scripts"), str(job), str(log)])
+    job_script = subprocess.Popen([sys.executable, "-c", script, str(job), str(log)])
     worker_job = "(not started)"
     try:
         # the worker's job file lies in a scratch folder named in the log's "$ ..." line
@@ -129,7 +128,7 @@ def test_a_job_stops_when_its_workflow_is_gone(tasks, tmp_path, monkeypatch):
     log = tmp_path / "job.log"
     t0 = time.monotonic()
     with pytest.raises(JobStopped):
-        run_worker(hanging_job(tasks, tmp_path), 20, log, ROOT / "scripts")
+        run_worker(hanging_job(tasks, tmp_path), 20, log)
     assert time.monotonic() - t0 < 15  # well before its own timeout (not a timing assertion)
     worker_job = log.read_text().split("l1bench.worker ", 1)[1].split()[0]
     assert not pids_running(worker_job)
@@ -141,14 +140,13 @@ def test_a_job_of_a_running_workflow_is_not_stopped(tasks, tmp_path, monkeypatch
     monkeypatch.setenv(lifeline.WORKFLOW_ENV, lifeline.process_token())
     with pytest.raises(JobFailed, match="SIGKILL"):
         job = hanging_job(tasks, tmp_path) | {"tid": "L1_T006", "task_dir": str(tasks / "L1_T006")}
-        run_worker(job, 60, tmp_path / "crash.log", ROOT / "scripts")
+        run_worker(job, 60, tmp_path / "crash.log")
 
 
 def test_the_command_dies_with_its_guard(tmp_path):
     """A guard killed outright (SIGKILL: a timeout's kill) takes its command along."""
-    env = dict(os.environ, PYTHONPATH=str(ROOT / "scripts"))
     marker = f"sleep-{tmp_path.name}"
-    guard = subprocess.Popen(lifeline.guarded([sys.executable, "-c", "import time; time.sleep(300)", marker]), env=env)
+    guard = subprocess.Popen(lifeline.guarded([sys.executable, "-c", "import time; time.sleep(300)", marker]))
     try:
         assert wait_for(lambda: pids_running(marker, guards=False), 30)
         guard.kill()
@@ -163,8 +161,7 @@ def test_a_job_script_ends_with_its_workflow(tmp_path):
     """exit_with_workflow: a job script doing its work in its own children (the reference scan)
     ends once the workflow is gone, and its guarded children with it."""
     workflow = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(2)"])
-    env = dict(os.environ, PYTHONPATH=str(ROOT / "scripts"),
-               **{lifeline.WORKFLOW_ENV: lifeline.process_token(workflow.pid)})
+    env = dict(os.environ, **{lifeline.WORKFLOW_ENV: lifeline.process_token(workflow.pid)})
     marker = f"child-{tmp_path.name}"
     script = (
         "import subprocess, sys, time; from l1bench import lifeline; lifeline.exit_with_workflow(0.1);"

@@ -239,7 +239,8 @@ def test_bad_release_stops_with_one_line_and_writes_nothing(tmp_path):
 
     sha = hashlib.sha256((rel / "h100.json").read_bytes()).hexdigest()
     (tmp_path / "accept.yaml").write_text(f'release_sha256:\n  "optimized_cuda_code/h100.json": "{sha}"\n')
-    proc = subprocess.run(cmd[:-3] + ["--configfile", "accept.yaml"] + cmd[-3:], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    accepted = cmd[:-3] + ["--configfile", "accept.yaml"] + cmd[-3:]
+    proc = subprocess.run(accepted, cwd=tmp_path, capture_output=True, text=True, timeout=300)
     assert proc.returncode != 0
     assert f"{rel / 'h100.json'}:2: invalid JSON" in proc.stdout + proc.stderr
     assert not (tmp_path / "results").exists()
@@ -253,13 +254,15 @@ def test_committed_gpu_results_are_not_replanned(tmp_path, release_dir):
     copy_workflow(tmp_path)
     shutil.copytree(committed, tmp_path / "results/h100", ignore=shutil.ignore_patterns("tasks"))
     slice_cfg = "config/slices/h100_slice41.yaml"
-    cmd = SNAKEMAKE + ["-n", "--cores", "1", "--configfile", slice_cfg, "--config", "device=h100", f"release_dir={release_dir}"]
+    cmd = SNAKEMAKE + ["-n", "--cores", "1", "--configfile", slice_cfg]
+    cmd += ["--config", "device=h100", f"release_dir={release_dir}"]
     proc = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout[-2000:]
     counts = job_counts(proc.stdout)
     import yaml
 
-    tids = [f"L{lv}_T{int(tk):03d}" for lv, tk in (t.split("/") for t in yaml.safe_load((ROOT / slice_cfg).read_text())["tasks"])]
+    tasks = yaml.safe_load((ROOT / slice_cfg).read_text())["tasks"]
+    tids = [f"L{lv}_T{int(tk):03d}" for lv, tk in (t.split("/") for t in tasks)]
     n_check = sum((committed / "check" / f"{t}.json").exists() for t in tids)
     n_time = sum((committed / "time/paper" / m / f"{t}.json").exists() for t in tids for m in
                  ("default", "torch_compile", "torch_compile_reduce_overhead", "cuda_graph", "cudnn"))

@@ -91,7 +91,10 @@ def test_the_hint_names_what_failed_and_why():
 
 
 def test_jobs_not_started_by_a_draining_run_are_not_called_broken():
-    drained = "2026-12-04 03:30:29,629 not started: the run is draining (/w/.devstate/drain exists); the next run does this job\n"
+    drained = (
+        "2026-12-04 03:30:29,629 not started: the run is draining (/w/.devstate/drain exists); "
+        "the next run does this job\n"
+    )
     log = snakemake_log([
         ("time_task", "results/demo/time/paper/default/L1_T001.json", drained),
         ("time_task", "results/demo/time/paper/default/L1_T003.json", drained),
@@ -113,7 +116,9 @@ def test_jobs_not_started_by_a_draining_run_are_not_called_broken():
 
 def test_the_hint_after_a_stop_blames_no_task():
     hint = preflight.failure_hint("demo", {}, stopped_by="SIGTERM")
-    assert hint.startswith("Stopped by SIGTERM: the jobs that were running were let finish; every finished result is kept.")
+    assert hint.startswith(
+        "Stopped by SIGTERM: the jobs that were running were let finish; every finished result is kept."
+    )
     assert "failed" not in hint.split("\n")[0]
 
 

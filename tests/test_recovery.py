@@ -28,7 +28,8 @@ def result(path, **fields):
 
 def test_marks_are_read_as_snakemake_writes_them(tmp_path):
     long = "results/demo/time/paper/torch_compile_reduce_overhead/" + "x" * 300 + ".json"
-    for key, name_max in (("results/demo/check/L1_T001.json", 255), (long, 255), ("results/demo/build/L1_T002.json", 12)):
+    marks = (("results/demo/check/L1_T001.json", 255), (long, 255), ("results/demo/build/L1_T002.json", 12))
+    for key, name_max in marks:
         mark(tmp_path, key, name_max)
     assert set(recovery.incomplete_marks(tmp_path)) == {
         "results/demo/check/L1_T001.json", long, "results/demo/build/L1_T002.json"}

@@ -6,13 +6,12 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+from helpers import script_module
 
 from l1bench import lifeline, release, split
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "scripts"))
-
-import run_task  # noqa: E402
+run_task = script_module("run_task")
 
 DEMO = ROOT / "config/demo/optimized_cuda_code/demo.json"
 PAPER = dict(seed=42, correctness_trials=1, atol=1e-2, rtol=1e-2, warmup=1, outer_trials=1, inner_trials=1,
@@ -33,7 +32,9 @@ def fake_smk(work, kind, tid, backend="cpu", **params):
     inputs = {"meta": f"{res}/tasks/{tid}/meta.json"}
     if kind == "check":
         inputs["build"] = str(work / "build.json")
-    protocol = {"release": "x", "paper": dict(PAPER)} | ({"build": {"max_jobs": 1, "cuda_arch_list": ""}} if kind == "build" else {})
+    protocol = {"release": "x", "paper": dict(PAPER)}
+    if kind == "build":
+        protocol["build"] = {"max_jobs": 1, "cuda_arch_list": ""}
     return SimpleNamespace(
         rule=f"{kind}_task",
         input=Named(**inputs),
@@ -41,7 +42,6 @@ def fake_smk(work, kind, tid, backend="cpu", **params):
         log=Named([str(work / f"{kind}.log")]),
         wildcards=SimpleNamespace(tid=tid),
         config={"results_dir": str(work / "results"), "device": "demo", "max_attempts": 3},
-        scriptdir=str(ROOT / "scripts"),
         params=SimpleNamespace(
             kind=kind, backend=backend, protocol_params=protocol, ext_dir=str(res / "build/ext" / tid), timeout=60,
             section_timeout=30, **params,
@@ -51,7 +51,8 @@ def fake_smk(work, kind, tid, backend="cpu", **params):
 
 @pytest.fixture
 def work(tmp_path):
-    split.split_release(release.load_release(DEMO), tmp_path / "results/demo/tasks", "demo", {"path": "demo", "sha256": "x"})
+    tasks = release.load_release(DEMO)
+    split.split_release(tasks, tmp_path / "results/demo/tasks", "demo", {"path": "demo", "sha256": "x"})
     (tmp_path / "build.json").write_text(json.dumps({"kind": "build", "status": "ok", "reason": ""}))
     return tmp_path
 

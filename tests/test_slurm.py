@@ -26,7 +26,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from helpers import SNAKEMAKE, copy_workflow, tree_digest
+from helpers import SNAKEMAKE, copy_workflow, script_module, tree_digest
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 
@@ -40,8 +40,10 @@ FAST = ["--slurm-init-seconds-before-status-checks", "3", "--latency-wait", "5"]
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
     if os.environ.get(ENABLE_ENV) != "1":
-        pytest.skip(f"SLURM end-to-end test off: set {ENABLE_ENV}=1 (as root; installs slurm-wlm, munge, mariadb with apt-get)")
-    import slurm_local
+        pytest.skip(
+            f"SLURM end-to-end test off: set {ENABLE_ENV}=1 (as root; installs slurm-wlm, munge, mariadb with apt-get)"
+        )
+    slurm_local = script_module("slurm_local")
 
     try:
         c = slurm_local.start(tmp_path_factory.mktemp("slurm"))
@@ -165,7 +167,8 @@ def _watch_and_interrupt(workdir, targets, done, log):
             for key, (action, job_log) in targets.items():
                 if key in acted or state != "RUNNING" or not comment.endswith(key):
                     continue
-                if "l1bench.worker" in ((workdir / job_log).read_text(errors="replace") if (workdir / job_log).exists() else ""):
+                path = workdir / job_log
+                if "l1bench.worker" in (path.read_text(errors="replace") if path.exists() else ""):
                     cmd = ["scancel", jobid] if action == "cancel" else ["scontrol", "requeue", jobid]
                     subprocess.run(cmd, check=True)
                     acted[key] = jobid

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from helpers import SNAKEMAKE, copy_workflow
+from helpers import SNAKEMAKE, copy_workflow, script_module
 
 ROOT = Path(__file__).resolve().parents[1]
 PROFILE = ROOT / "profiles" / "slurm" / "config.yaml"
@@ -126,7 +126,10 @@ def test_runtime_limits_cover_the_jobs_own_timeouts(monkeypatch):
 
 @pytest.mark.parametrize("env, message", [
     ({}, "set L1_SLURM_GPU_PARTITION to the partition of the GPU jobs"),
-    ({"L1_SLURM_GPU_PARTITION": "gpu", "L1_SLURM_CPUS_PER_GPU": "four"}, "L1_SLURM_CPUS_PER_GPU='four': expected an integer >= 1"),
+    (
+        {"L1_SLURM_GPU_PARTITION": "gpu", "L1_SLURM_CPUS_PER_GPU": "four"},
+        "L1_SLURM_CPUS_PER_GPU='four': expected an integer >= 1",
+    ),
     ({"L1_SLURM_GPU_PARTITION": "gpu", "L1_SLURM_GPUS": "-1"}, "L1_SLURM_GPUS='-1': expected an integer >= 0"),
 ])
 def test_bad_settings_stop_with_one_line(monkeypatch, env, message):
@@ -154,9 +157,7 @@ def test_snakemake_plans_with_the_profile(tmp_path):
 
 @pytest.fixture(scope="module")
 def wheelhouse():
-    import build_wheelhouse
-
-    return build_wheelhouse
+    return script_module("build_wheelhouse")
 
 
 def installed_requires(name, version):
@@ -194,7 +195,9 @@ def test_conflicting_pins_are_one_line(tmp_path, wheelhouse):
 def test_wheelhouse_slurm_option_adds_the_plugin(tmp_path, wheelhouse, monkeypatch):
     """--slurm downloads the SLURM list too (pip is not run here: the command is recorded)."""
     calls = []
-    monkeypatch.setattr(wheelhouse.subprocess, "run", lambda cmd: calls.append(cmd) or subprocess.CompletedProcess(cmd, 1))
+    monkeypatch.setattr(
+        wheelhouse.subprocess, "run", lambda cmd: calls.append(cmd) or subprocess.CompletedProcess(cmd, 1)
+    )
     assert wheelhouse.main(["--dest", str(tmp_path), "--slurm"]) == 1  # the recorded pip "failed"
     assert "snakemake-executor-plugin-slurm==2.8.0" in calls[0] and "snakemake==9.27.1" in calls[0]
     calls.clear()
@@ -204,11 +207,14 @@ def test_wheelhouse_slurm_option_adds_the_plugin(tmp_path, wheelhouse, monkeypat
 
 # ------------------------------------------------------------------ the local test cluster
 
-SLURMD_C = "NodeName=vm CPUs=2 Boards=1 SocketsPerBoard=1 CoresPerSocket=2 ThreadsPerCore=1 RealMemory=24105\nUpTime=0-01:33:34\n"
+SLURMD_C = (
+    "NodeName=vm CPUs=2 Boards=1 SocketsPerBoard=1 CoresPerSocket=2 ThreadsPerCore=1 RealMemory=24105\n"
+    "UpTime=0-01:33:34\n"
+)
 
 
 def test_local_cluster_configuration(tmp_path):
-    import slurm_local as sl
+    sl = script_module("slurm_local")
 
     hw = sl.parse_slurmd_c(SLURMD_C)
     assert hw["CPUs"] == "2" and hw["RealMemory"] == "24105"
@@ -216,8 +222,10 @@ def test_local_cluster_configuration(tmp_path):
         sl.parse_slurmd_c("slurmd: error: something\n")
     lay = sl.Layout(tmp_path, "vm", ports={"slurmctld": 1, "slurmd": 2, "slurmdbd": 3, "mysql": 4})
     conf = sl.slurm_conf(lay, hw, 2)
-    settings = dict(line.split("=", 1) for line in conf.splitlines()[1:] if not line.startswith(("NodeName", "Partition")))
-    assert settings["SlurmctldHost"] == "vm(127.0.0.1)" and settings["AccountingStorageType"] == "accounting_storage/slurmdbd"
+    lines = [line for line in conf.splitlines()[1:] if not line.startswith(("NodeName", "Partition"))]
+    settings = dict(line.split("=", 1) for line in lines)
+    assert settings["SlurmctldHost"] == "vm(127.0.0.1)"
+    assert settings["AccountingStorageType"] == "accounting_storage/slurmdbd"
     assert settings["AccountingStoragePort"] == "3" and settings["AccountingStorageTRES"] == "gres/gpu"
     assert settings["SelectType"] == "select/cons_tres" and settings["GresTypes"] == "gpu"
     assert "NodeName=l1node NodeAddr=127.0.0.1 CPUs=2 Boards=1 SocketsPerBoard=1 CoresPerSocket=2 ThreadsPerCore=1 " \
@@ -236,7 +244,7 @@ def test_local_cluster_configuration(tmp_path):
 
 
 def test_local_cluster_needs_root(tmp_path, monkeypatch):
-    import slurm_local as sl
+    sl = script_module("slurm_local")
 
     monkeypatch.setattr(sl.os, "geteuid", lambda: 1000)
     with pytest.raises(sl.SlurmUnavailable, match="needs root"):

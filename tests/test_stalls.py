@@ -12,7 +12,7 @@ FAST = [0.030, 0.031, 0.029, 0.030, 0.030]
 
 
 def paper_result(ref_ms, custom_ms, **extra):
-    trials = [sum(r) / len(r) / (sum(c) / len(c)) for r, c in zip(ref_ms, custom_ms)]
+    trials = [sum(r) / len(r) / (sum(c) / len(c)) for r, c in zip(ref_ms, custom_ms, strict=False)]
     return {"kind": "time", "protocol": "paper", "mode": "default", "status": "ok", "params": PARAMS,
             "score": sum(trials) / len(trials), "ref_ms": ref_ms, "custom_ms": custom_ms} | extra
 

@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 
 import pytest
+from helpers import script_module
 
 from l1bench import release, split
 from l1bench.runner import JobFailed, run_worker
@@ -26,8 +27,13 @@ PAPER = {
     "early_stop_below": None,
     "inputs_on_device": True,
 }
-STRICT = {"rse_target": 0.05, "min_reps": 5, "max_reps": 20, "budget_s": 3, "sync_mismatch": 1.5, "l2_factor": 1.5, "seed": 42}
-DETECTORS = {"n_calls": 2, "precision_factor": 10, "precision_floor": 1e-6, "speedup_ceiling": 10, "seed": 42, "atol": 0.01, "rtol": 0.01}
+STRICT = {
+    "rse_target": 0.05, "min_reps": 5, "max_reps": 20, "budget_s": 3, "sync_mismatch": 1.5, "l2_factor": 1.5, "seed": 42
+}
+DETECTORS = {
+    "n_calls": 2, "precision_factor": 10, "precision_floor": 1e-6, "speedup_ceiling": 10, "seed": 42, "atol": 0.01,
+    "rtol": 0.01,
+}
 
 
 @pytest.fixture(scope="module")
@@ -47,7 +53,7 @@ def run(tasks, tmp_path, tid, kind, **extra):
         "params": dict(PAPER),
         "lock_dir": str(tmp_path),
     } | extra
-    return run_worker(job, 60, tmp_path / f"{tid}.log", ROOT / "scripts")
+    return run_worker(job, 60, tmp_path / f"{tid}.log")
 
 
 def write(tmp_path, name, obj):
@@ -71,7 +77,9 @@ def test_time_paper_and_strict(tasks, tmp_path):
     paper = run(tasks, tmp_path, "L1_T001", "time", check_result=check, mode="default", protocol="paper")
     assert paper["status"] == "ok" and paper["score"] > 0  # no timing assertions in tests
     assert [len(r) for r in paper["ref_ms"]] == [3, 3] and paper["n_timings"] == 6
-    strict = run(tasks, tmp_path, "L1_T001", "time", check_result=check, mode="default", protocol="strict", strict=STRICT)
+    strict = run(
+        tasks, tmp_path, "L1_T001", "time", check_result=check, mode="default", protocol="strict", strict=STRICT
+    )
     assert strict["status"] == "ok" and strict["score"] > 0
     st = strict["strict"]
     assert st["ci95"][0] <= st["speedup_median"] <= st["ci95"][1]
@@ -100,7 +108,7 @@ def test_crash_and_timeout_fail_the_job(tasks, tmp_path):
         "lock_dir": str(tmp_path),
     }
     with pytest.raises(JobFailed, match="timed out"):
-        run_worker(job, 8, tmp_path / "hang.log", ROOT / "scripts")
+        run_worker(job, 8, tmp_path / "hang.log")
 
 
 @pytest.mark.skipif(sys.platform != "linux", reason="flock semantics")
@@ -354,8 +362,7 @@ def test_lock_holder_runs_on_the_timing_cpu(tmp_path, monkeypatch):
 def test_no_code_result_needs_no_worker(tmp_path):
     import json
 
-    sys.path.insert(0, str(ROOT / "scripts"))
-    from run_task import no_code_result
+    no_code_result = script_module("run_task").no_code_result
 
     task = tmp_path / "L1_T007"
     task.mkdir()
@@ -371,8 +378,7 @@ def test_no_code_result_needs_no_worker(tmp_path):
 
 
 def test_a_failed_check_is_carried_forward_without_a_worker(tmp_path):
-    sys.path.insert(0, str(ROOT / "scripts"))
-    from run_task import carried_forward
+    carried_forward = script_module("run_task").carried_forward
 
     check = tmp_path / "check.json"
     check.write_text(json.dumps({"kind": "check", "status": "incorrect", "reason": "trial 1: values differ"}))
@@ -512,8 +518,7 @@ def test_a_build_lock_left_by_a_killed_process_is_cleared_and_loads_take_turns(t
 
 
 def test_nothing_to_build_without_extensions(tmp_path):
-    sys.path.insert(0, str(ROOT / "scripts"))
-    from run_task import nothing_to_build
+    nothing_to_build = script_module("run_task").nothing_to_build
 
     task = tmp_path / "L1_T001"
     task.mkdir()

@@ -10,7 +10,7 @@ no imports from the project so the runner can load it by path.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import NamedTuple, Optional
+from typing import NamedTuple
 
 HERE = Path(__file__).resolve().parent
 
@@ -19,7 +19,7 @@ class Case(NamedTuple):
     name: str
     ref_source: str
     custom_source: str
-    expected_flag: Optional[str]  # None: honest model, must get no flag
+    expected_flag: str | None  # None: honest model, must get no flag
     needs_cuda: bool
 
 
@@ -27,7 +27,7 @@ def _src(filename: str) -> str:
     return (HERE / filename).read_text()
 
 
-def _case(name: str, ref_file: str, expected: Optional[str], needs_cuda: bool = False) -> Case:
+def _case(name: str, ref_file: str, expected: str | None, needs_cuda: bool = False) -> Case:
     return Case(name, _src(ref_file), _src(f"custom_{name}.py"), expected, needs_cuda)
 
 

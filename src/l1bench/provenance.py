@@ -99,7 +99,7 @@ def clocks(device: str) -> dict | None:
     if not vals or len(vals) < 5:
         return None
     keys = ("sm_mhz", "mem_mhz", "temp_c", "power_w", "pstate")
-    return dict(zip(keys, vals))
+    return dict(zip(keys, vals, strict=False))
 
 
 def driver_version(proc_file: str = "/proc/driver/nvidia/version") -> str | None:

@@ -121,7 +121,7 @@ class ThreadClock:
             os.close(self._fd)
             self._fd = None
 
-    def __enter__(self) -> "ThreadClock":
+    def __enter__(self) -> ThreadClock:
         return self
 
     def __exit__(self, *exc) -> None:

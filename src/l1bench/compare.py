@@ -6,8 +6,8 @@
 * ``run_to_run``: the same tasks timed twice (two results folders): per task the two scores
   and their relative difference, with the median and maximum.
 
-``python scripts/l1bench/compare.py slice results/h100/scores.csv config/slices/h100_slice41.yaml``
-``python scripts/l1bench/compare.py repeat results/h100 results/repeat/h100 --mode default``
+``l1bench compare slice results/h100/scores.csv config/slices/h100_slice41.yaml``
+``l1bench compare repeat results/h100 results/repeat/h100 --mode default``
 Both print markdown; ``--out FILE`` writes it atomically instead.
 """
 
@@ -22,14 +22,11 @@ from pathlib import Path
 
 import pandas as pd
 
-if __package__ in (None, ""):  # run as a script: make the l1bench package importable
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from l1bench import release as rel  # noqa: E402
-from l1bench import stalls  # noqa: E402
-from l1bench.aggregate import MODE_LABELS, NA, md_table, ratio_stats  # noqa: E402
-from l1bench.aggregate import fmt as _fmt  # noqa: E402
-from l1bench.io import atomic_write_text  # noqa: E402
+from l1bench import release as rel
+from l1bench import stalls
+from l1bench.aggregate import MODE_LABELS, NA, md_table, ratio_stats
+from l1bench.aggregate import fmt as _fmt
+from l1bench.io import atomic_write_text
 
 MODES = list(rel.MODES)
 
@@ -136,9 +133,8 @@ def slice_report(df: pd.DataFrame, tids: list[str], tol: float = 0.15, title: st
         st = statuses.loc[(r.protocol, r.mode)] if (r.protocol, r.mode) in statuses.index else {}
         counts = ", ".join(f"{k} {int(v)}" for k, v in st.items() if v) if len(st) else ""
         share = NA if r.share is None else f"{r.share:.0%}"
-        rows.append(
-            [r.protocol, MODE_LABELS.get(r.mode, r.mode), counts, f"{r.within}/{r.compared}", share, _fmt(r.median_ratio)]
-        )
+        label = MODE_LABELS.get(r.mode, r.mode)
+        rows.append([r.protocol, label, counts, f"{r.within}/{r.compared}", share, _fmt(r.median_ratio)])
     lines.append(md_table(rows, ["Protocol", "Mode", "Statuses", "Within tol.", "Share", "Median measured/published"]))
     lines += ["", "## Per task", ""]
     headers = ["Task", "Check", *(MODE_LABELS[m] for m in MODES), "Strict default", "Flags"]
@@ -169,7 +165,9 @@ def run_to_run(first_root, second_root, mode: str = "default", protocol: str = "
         sa, sb = _num(ra.get("score")), _num(rb.get("score"))
         if ra.get("status") != "ok" or rb.get("status") != "ok" or not sa or sb is None:
             continue
-        stopped = any(len(r.get("trial_scores") or []) < (r.get("params") or {}).get("outer_trials", 0) for r in (ra, rb))
+        stopped = any(
+            len(r.get("trial_scores") or []) < (r.get("params") or {}).get("outer_trials", 0) for r in (ra, rb)
+        )
         # the same comparison with each score taken without its stalled pairs (l1bench.stalls)
         clean, stalled = [], 0
         for r, score in ((ra, sa), (rb, sb)):

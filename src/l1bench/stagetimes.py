@@ -1,6 +1,6 @@
 """Per-stage wall time of a run, from the provenance recorded in every result file.
 
-``python scripts/l1bench/stagetimes.py results/h100`` prints, per stage (build, check,
+``l1bench stagetimes results/h100`` prints, per stage (build, check,
 each time mode): results, jobs that ran a worker, summed job wall time, summed time holding the GPU lock (the
 exclusive GPU cost), summed torch.compile warm-up, and the span from the first start to
 the last finish, and how many paper-protocol timed calls a host-side stall stretched
@@ -17,11 +17,7 @@ from pathlib import Path
 
 from tabulate import tabulate
 
-try:
-    from l1bench import stalls
-except ImportError:  # run as a file: scripts/l1bench/stagetimes.py
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-    from l1bench import stalls
+from l1bench import stalls
 
 
 def stage_of(res: dict) -> str:
@@ -133,7 +129,7 @@ def cpu_samples(lines) -> dict:
     if len(rows) < 2:
         return {"samples": len(rows)}
     busy = [
-        1 - (i1 - i0) / (t1 - t0) for (t0, i0), (t1, i1) in zip(rows, rows[1:]) if t1 > t0
+        1 - (i1 - i0) / (t1 - t0) for (t0, i0), (t1, i1) in zip(rows, rows[1:], strict=False) if t1 > t0
     ]
     return {
         "samples": len(busy),

@@ -25,7 +25,9 @@ MIN_EXTRA_MS = 1.0
 TOLERANCE = 0.10
 
 
-def stalled(values: list[float], median: float, factor: float = FACTOR, min_extra_ms: float = MIN_EXTRA_MS) -> list[bool]:
+def stalled(
+    values: list[float], median: float, factor: float = FACTOR, min_extra_ms: float = MIN_EXTRA_MS
+) -> list[bool]:
     return [v > factor * median and v - median >= min_extra_ms for v in values]
 
 
@@ -44,10 +46,14 @@ def rescore(ref_ms: list[list[float]], custom_ms: list[list[float]], factor: flo
         return None
     med = {"ref": statistics.median(refs), "custom": statistics.median(cuss)}
     n_stalled, worst, trials = 0, 0.0, []
-    for r, c in zip(ref_ms, custom_ms):
+    for r, c in zip(ref_ms, custom_ms, strict=False):
         rs, cs = stalled(r, med["ref"], factor, min_extra_ms), stalled(c, med["custom"], factor, min_extra_ms)
         n_stalled += sum(rs) + sum(cs)
-        worst = max([worst] + [v - med["ref"] for v, s in zip(r, rs) if s] + [v - med["custom"] for v, s in zip(c, cs) if s])
+        worst = max(
+            [worst]
+            + [v - med["ref"] for v, s in zip(r, rs, strict=False) if s]
+            + [v - med["custom"] for v, s in zip(c, cs, strict=False) if s]
+        )
         keep = [j for j in range(min(len(r), len(c))) if not (rs[j] or cs[j])]
         trials.append(statistics.fmean(r[j] for j in keep) / statistics.fmean(c[j] for j in keep) if keep else None)
     scored = [t for t in trials if t is not None]

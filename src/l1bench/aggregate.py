@@ -316,7 +316,9 @@ def _row(tid, mode, proto, meta: dict, check: dict, t: dict | None) -> dict:
     ci = strict.get("ci95") if isinstance(strict, dict) else None
     ci = ci if isinstance(ci, (list, tuple)) and len(ci) == 2 else (None, None)
     n_timings = t.get("n_timings")
-    stall = stalls.rescore(t.get("ref_ms") or [], t.get("custom_ms") or []) if status == "ok" and proto == "paper" else None
+    stall = None
+    if status == "ok" and proto == "paper":
+        stall = stalls.rescore(t.get("ref_ms") or [], t.get("custom_ms") or [])
     stall_flag = stalls.outlier_flag(t | {"protocol": proto}) if stall and stall["stalled_calls"] else None
     return {
         "device": meta.get("device"),
@@ -593,7 +595,8 @@ def flag_counts(df) -> tuple[list[tuple[str, str]], dict[str, dict]]:
     combos = sorted({(r.protocol, r.mode) for r in df.itertuples(index=False)},
                     key=lambda c: (_protocol_key(c[0]), _mode_key(c[1]))) if len(df) else []
     tasks: dict[str, dict] = {}
-    for r, fl in zip(df.itertuples(index=False), df["flags"].fillna("").astype(str).str.split(";") if len(df) else []):
+    flag_lists = df["flags"].fillna("").astype(str).str.split(";") if len(df) else []
+    for r, fl in zip(df.itertuples(index=False), flag_lists, strict=False):
         for flag in filter(None, fl):
             t = tasks.setdefault(flag, {"any": set()})
             t.setdefault((r.protocol, r.mode), set()).add(r.tid)
@@ -855,7 +858,8 @@ def protocol_comparison_lines(df) -> list[str]:
         ]
         for (tid, mode), r in both.iterrows()
     ]
-    headers = ["Task", "Mode", "Published", "Paper", "Strict (median)", "Strict 95% CI", "Strict / paper", "Strict status", "Flags"]
+    headers = ["Task", "Mode", "Published", "Paper", "Strict (median)", "Strict 95% CI", "Strict / paper"]
+    headers += ["Strict status", "Flags"]
     return [
         f"## Paper vs strict protocol ({len(rows)} rows)",
         "",
@@ -1102,14 +1106,18 @@ def _robust_outliers(df, mode: str, below: bool) -> pd.DataFrame:
     g = g[g["measured"].notna()].copy()
     clean = _without_stalls(g)
     pub = g["published"].astype(float)
-    keep = ((g["measured"] < 0.5 * pub) & (clean < 0.5 * pub)) if below else ((g["measured"] > 2 * pub) & (clean > 2 * pub))
+    if below:
+        keep = (g["measured"] < 0.5 * pub) & (clean < 0.5 * pub)
+    else:
+        keep = (g["measured"] > 2 * pub) & (clean > 2 * pub)
     g = g[keep].assign(_r=(g["measured"].astype(float) / pub))
     return g.sort_values("_r", ascending=below)
 
 
 def _task_list(rows, limit: int = 10) -> str:
     items = [
-        f"{r.tid} {fmt(r.published)}× → {fmt(r.measured)}×" + (f" ({md_escape(r.flags, 60)})" if isinstance(r.flags, str) and r.flags else "")
+        f"{r.tid} {fmt(r.published)}× → {fmt(r.measured)}×"
+        + (f" ({md_escape(r.flags, 60)})" if isinstance(r.flags, str) and r.flags else "")
         for r in rows.head(limit).itertuples(index=False)
     ]
     more = len(rows) - limit

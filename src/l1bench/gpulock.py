@@ -342,7 +342,7 @@ class DeviceLock:
     """
 
     #: The lock this process holds now (None when none): what :meth:`pause_current` pauses.
-    current: "DeviceLock | None" = None
+    current: DeviceLock | None = None
     #: True inside :meth:`no_pause` (timed calls): the lock is then never let go of.
     unpausable: bool = False
 
@@ -414,7 +414,7 @@ class DeviceLock:
         """The lock file's descriptor (while held)."""
         return self._fh.fileno()
 
-    def __enter__(self) -> "DeviceLock":
+    def __enter__(self) -> DeviceLock:
         self._fh = open(self.path, "a+")
         try:
             self._acquire()

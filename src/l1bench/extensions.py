@@ -5,7 +5,10 @@ and first compiler error; the ``EXTENSION_BUILD_FAILED`` flag). Results made bef
 annotated in ``extension_failures.json`` (read from the job logs). This module merges both into
 one list per task and renders it:
 
-    PYTHONPATH=scripts python -m l1bench.extensions results/h100 > results/h100/extension_failures.md
+    l1bench extensions results/h100 > results/h100/extension_failures.md
+
+(The file's own first line names the command it was made with, ``PYTHONPATH=scripts python -m
+l1bench.extensions``, as when it was made: it still works and keeps the file as committed.)
 """
 
 from __future__ import annotations
@@ -87,7 +90,8 @@ def render(results_root, device: str = "h100") -> str:
         "",
         f"**{len(found)} tasks**: the custom code calls `load_inline`, the build fails, the code catches it "
         "and falls back to PyTorch ops, so its check passes and **what is timed is the fallback, not a "
-        f"CUDA kernel** (flag `EXTENSION_BUILD_FAILED`). {len(found) - n_api - n_unknown} are, by their message, *source* errors that no "
+        f"CUDA kernel** (flag `EXTENSION_BUILD_FAILED`). {len(found) - n_api - n_unknown} are, by their message, "
+        "*source* errors that no "
         "torch compiles (a function bound in the module not declared in `cpp_sources`, a "
         "`PYBIND11_MODULE` next to `functions=`, …): the published speedup can only have timed the "
         f"fallback too. {n_api} use a *torch/toolchain API* that torch 2.11 / CUDA 13 no longer offers "

@@ -43,9 +43,10 @@ class WorkflowGone(subprocess.TimeoutExpired):
     """The Snakemake process that started this job no longer runs."""
 
 
-def worker_env(package_root: Path, extra: dict | None = None) -> dict:
+def worker_env(extra: dict | None = None) -> dict:
+    """The worker's environment: this process's (the installed l1bench package is found as it is
+    here), unbuffered, with ``extra`` on top."""
     env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(package_root), env.get("PYTHONPATH")]))
     env.setdefault("PYTHONUNBUFFERED", "1")
     env.update({k: str(v) for k, v in (extra or {}).items() if v is not None})
     return env
@@ -56,7 +57,7 @@ class SectionTimeout(subprocess.TimeoutExpired):
 
 
 def run_worker(
-    job: dict, timeout: float, log_path, package_root, env: dict | None = None, section_timeout: float | None = None
+    job: dict, timeout: float, log_path, env: dict | None = None, section_timeout: float | None = None
 ) -> dict:
     """Run one job in a child process and return its result dict.
 
@@ -68,7 +69,6 @@ def run_worker(
     When the workflow that started this job is gone (``lifeline.WORKFLOW_ENV``) the child is
     killed and :class:`JobStopped` raised; if this process dies, the child dies with it.
     """
-    package_root = Path(package_root).resolve()
     with tempfile.TemporaryDirectory(prefix="l1bench-") as tmp:
         job_path, out_path = Path(tmp) / "job.json", Path(tmp) / "result.json"
         lock_status = Path(tmp) / "lock-status.json"
@@ -89,7 +89,7 @@ def run_worker(
                 cwd=scratch,
                 stdout=log,
                 stderr=subprocess.STDOUT,
-                env=worker_env(package_root, env),
+                env=worker_env(env),
                 start_new_session=True,
             )
             try:
@@ -102,10 +102,13 @@ def run_worker(
                 raise JobStopped(f"{job['tid']}: stopped, the workflow that started it is gone") from None
             except SectionTimeout:
                 _kill_group(proc)
-                raise JobFailed(f"{job['tid']}: held the GPU lock for more than {section_timeout:.0f} s", "section_timeout") from None
+                held = f"{job['tid']}: held the GPU lock for more than {section_timeout:.0f} s"
+                raise JobFailed(held, "section_timeout") from None
             except subprocess.TimeoutExpired:
                 _kill_group(proc)
-                raise JobFailed(f"{job['tid']}: timed out after {timeout:.0f} s (not counting lock waits)", "timeout") from None
+                raise JobFailed(
+                    f"{job['tid']}: timed out after {timeout:.0f} s (not counting lock waits)", "timeout"
+                ) from None
             finally:
                 _kill_group(proc)  # leave no stray grandchildren (compile workers, threads)
             log.write(f"worker exit {rc} after {time.monotonic() - t0:.1f} s\n")

@@ -11,10 +11,10 @@ in parallel (checks are not redone: evaluation inputs are ``ancient``).
 replaces the one it re-times (written atomically), so a release is re-timed in place in as
 many calls as it takes, every result always present, the old one until its new one exists.
 
-    python -m l1bench.retime prepare results/h100 results/isolation/c1/h100 \\
+    l1bench retime prepare results/h100 results/isolation/c1/h100 \\
         --tasks config/runs/h100_isolation.yaml --ext-from results/isolation/c0/h100
-    python -m l1bench.retime prepare results/h100 results/retime/h100 --stages check --keep-design 4
-    python -m l1bench.retime adopt results/retime/h100 results/h100
+    l1bench retime prepare results/h100 results/retime/h100 --stages check --keep-design 4
+    l1bench retime adopt results/retime/h100 results/h100
 """
 
 from __future__ import annotations
@@ -22,14 +22,10 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
-import sys
 from pathlib import Path
 
-if __package__ in (None, ""):  # run as a script
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from l1bench.compare import load_task_list  # noqa: E402
-from l1bench.io import atomic_write_text  # noqa: E402
+from l1bench.compare import load_task_list
+from l1bench.io import atomic_write_text
 
 STAGES = ("build", "check")
 

@@ -222,7 +222,7 @@ def compare_outputs(out, ref, atol: float, rtol: float):
     outs, refs = snippet.flatten_outputs(out), snippet.flatten_outputs(ref)
     if len(outs) != len(refs):
         return False, f"{len(outs)} outputs, reference has {len(refs)}"
-    for i, (o, r) in enumerate(zip(outs, refs)):
+    for i, (o, r) in enumerate(zip(outs, refs, strict=False)):
         if not isinstance(r, torch.Tensor):
             if o != r:
                 return False, f"output {i}: {o!r} != {r!r}"
@@ -255,7 +255,7 @@ def _custom(stage: str, fn, *args):
     """Run custom-model code, turning its exceptions into :class:`CustomFailure`."""
     try:
         return fn(*args)
-    except Exception as err:  # noqa: BLE001 - any failure of untrusted code
+    except Exception as err:  # any failure of untrusted code
         raise CustomFailure(stage, err) from err
 
 
@@ -334,7 +334,7 @@ def check_input_mutation(before: list, after: list) -> list:
     Proves: the model wrote into its inputs.  Limits: a model that restores the
     input before returning is not seen.
     """
-    changed = [i for i, (a, b) in enumerate(zip(before, after)) if a != b]
+    changed = [i for i, (a, b) in enumerate(zip(before, after, strict=False)) if a != b]
     if not changed:
         return []
     return [make_flag(INPUT_MUTATION, f"input tensor(s) {changed} changed during the call")]
@@ -501,7 +501,7 @@ def snapshot_global_state() -> dict:
         where = _resolve(path)
         if where is not None:
             obj, name = where
-            snap[f"backends.{path}"] = _read(lambda: getattr(obj, name))
+            snap[f"backends.{path}"] = _read(lambda: getattr(obj, name))  # noqa: B023 - called at once
     cuda_b = torch.backends.cuda
     for name, getter, _setter in _SDP:
         if hasattr(cuda_b, getter):
@@ -621,7 +621,7 @@ def check_precision(custom_out, ref32_out, ref64_out, factor: float = 10.0, floo
     flags, details = [], []
     outs = snippet.flatten_outputs(custom_out)
     for i, (o, r32, r64) in enumerate(
-        zip(outs, snippet.flatten_outputs(ref32_out), snippet.flatten_outputs(ref64_out))
+        zip(outs, snippet.flatten_outputs(ref32_out), snippet.flatten_outputs(ref64_out), strict=False)
     ):
         if not all(isinstance(t, torch.Tensor) for t in (o, r32, r64)):
             continue
@@ -648,7 +648,8 @@ def check_dtype(custom_out, ref_out) -> list:
     import torch
 
     flags = []
-    for i, (o, r) in enumerate(zip(snippet.flatten_outputs(custom_out), snippet.flatten_outputs(ref_out))):
+    outs, refs = snippet.flatten_outputs(custom_out), snippet.flatten_outputs(ref_out)
+    for i, (o, r) in enumerate(zip(outs, refs, strict=False)):
         if isinstance(o, torch.Tensor) and isinstance(r, torch.Tensor) and o.dtype != r.dtype:
             flags.append(make_flag(DTYPE_CHANGED, f"output {i} is {o.dtype}, reference {r.dtype}"))
     return flags
@@ -814,13 +815,13 @@ def _custom_phase(custom_model, ph, device, c, base_state, flags, details) -> No
         earlier.append(ref_k)
         return ok
 
-    for k, (x, ref_x) in enumerate(zip(ph["fresh"], ph["ref_fresh"])):
+    for k, (x, ref_x) in enumerate(zip(ph["fresh"], ph["ref_fresh"], strict=False)):
         out_x = _call_settled(f"fresh call {k + 1}", custom_model, x, device, c)
         hold.append(out_x)
         fresh_ok.append(judge(f"fresh call {k + 1}", out_x, ref_x))
     flags += check_same_storage(out, hold, ph["ref_reuses"])
 
-    for dst, src in zip(A, ph["refill"]):
+    for dst, src in zip(A, ph["refill"], strict=False):
         if hasattr(dst, "copy_") and hasattr(src, "shape"):
             dst.copy_(src)
     out_refill = _call_settled("in-place refill call", custom_model, A, device, c)

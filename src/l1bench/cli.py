@@ -1,0 +1,49 @@
+"""The ``l1bench`` command: the tools people run by hand, one subcommand each.
+
+``l1bench TOOL [ARGS...]`` is ``python -m l1bench.TOOL [ARGS...]`` (also ``python -m l1bench
+TOOL ...`` where the command is not on the PATH): it calls the module's ``main`` with the rest
+of the command line. ``l1bench TOOL --help`` lists a tool's arguments.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+
+#: subcommand (= module of l1bench) -> what it is for (docs/tools.md)
+TOOLS = {
+    "attempts": "record broken attempts from Snakemake logs (results made before the attempts ledger)",
+    "compare": "a task selection measured next to published (slice), run-to-run spread (repeat)",
+    "extensions": "the table of custom extensions that do not build (extension_failures.md)",
+    "retime": "a results tree that times a task list again (prepare), and its results taken back (adopt)",
+    "stagetimes": "per-stage wall time, exclusive GPU time and stalled timed calls of a results tree",
+    "stalls": "the paper results flagged TIMING_OUTLIER, one path a line",
+}
+
+
+def usage() -> str:
+    width = max(map(len, TOOLS))
+    lines = [f"  {name:<{width}}  {text}" for name, text in TOOLS.items()]
+    return "usage: l1bench TOOL [ARGS...]   (l1bench TOOL --help)\n\ntools:\n" + "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if not argv or argv[0] in ("-h", "--help"):
+        print(usage(), file=sys.stdout if argv else sys.stderr)
+        return 0 if argv else 2
+    tool, rest = argv[0], argv[1:]
+    if tool not in TOOLS:
+        print(f"l1bench: unknown tool {tool!r}\n{usage()}", file=sys.stderr)
+        return 2
+    module = importlib.import_module(f"l1bench.{tool}")
+    # the tool's argparse names itself after argv[0]: "l1bench TOOL" in its usage lines
+    saved, sys.argv = sys.argv, [f"l1bench {tool}", *rest]
+    try:
+        return module.main(rest) or 0
+    finally:
+        sys.argv = saved
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,123 @@
+"""The l1bench package as installed: its command, ``python -m l1bench.X``, and the one line a
+workflow run without it stops with."""
+
+import importlib
+import importlib.metadata
+import os
+import re
+import shutil
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+from helpers import copy_workflow, run
+
+from l1bench import cli
+
+ROOT = Path(__file__).resolve().parents[1]
+NOT_INSTALLED = (
+    "the l1bench package is not installed: run `pip install -e .` in this repository "
+    "(offline: see docs/running.md)"
+)
+
+
+def test_the_command_is_installed():
+    (script,) = importlib.metadata.entry_points(group="console_scripts", name="l1bench")
+    assert script.value == "l1bench.cli:main"
+
+
+@pytest.mark.parametrize("tool", sorted(cli.TOOLS))
+def test_each_subcommand_runs_its_modules_main(tool, capsys):
+    """``l1bench TOOL --help`` is the module's own argument parser, named after the command."""
+    assert callable(importlib.import_module(f"l1bench.{tool}").main)
+    if tool == "extensions":  # no options: its one argument is the results folder
+        return
+    with pytest.raises(SystemExit) as stop:
+        cli.main([tool, "--help"])
+    assert stop.value.code == 0
+    assert capsys.readouterr().out.startswith(f"usage: l1bench {tool} ")
+
+
+def test_a_subcommand_gets_the_rest_of_the_command_line(tmp_path, capsys):
+    (tmp_path / "time/paper/default").mkdir(parents=True)
+    assert cli.main(["stalls", str(tmp_path)]) == 0
+    assert capsys.readouterr().out == ""
+
+
+def test_an_unknown_or_missing_tool_lists_the_tools(capsys):
+    assert cli.main(["nope"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("l1bench: unknown tool 'nope'") and all(t in err for t in cli.TOOLS)
+    assert cli.main([]) == 2
+    assert cli.main(["--help"]) == 0 and "l1bench TOOL" in capsys.readouterr().out
+
+
+def test_python_m_still_runs_each_tool():
+    for module in ("l1bench.stalls", "l1bench"):
+        proc = subprocess.run([sys.executable, "-m", module, "--help"], capture_output=True, text=True, check=False)
+        assert proc.returncode == 0 and proc.stdout.startswith("usage:"), proc.stderr
+
+
+def test_without_the_package_the_workflow_stops_with_one_line(tmp_path):
+    """Snakemake itself is there, l1bench is not (None in sys.modules: its import fails as when
+    it is not installed): the run stops at once, with one line saying what to do."""
+    copy_workflow(tmp_path)
+    code = (
+        "import sys; sys.modules['l1bench'] = None; sys.argv[0] = 'snakemake';"
+        "from snakemake.cli import main; main()"
+    )
+    proc = run([sys.executable, "-c", code, "-n", "--config", "device=demo"], tmp_path, timeout=120)
+    assert proc.returncode == 1
+    assert proc.stderr.strip().splitlines()[-1] == NOT_INSTALLED
+    assert "Traceback" not in proc.stdout + proc.stderr
+
+
+def test_no_code_puts_itself_on_sys_path():
+    """The package is found because it is installed, never by a path added at run time."""
+    files = [ROOT / "Snakefile", *ROOT.glob("rules/*.smk"), *ROOT.glob("scripts/*.py"),
+             *ROOT.glob("src/l1bench/*.py"), *ROOT.glob("tests/*.py")]
+    pattern = re.compile(r"sys\.path\.(insert|append|extend)")
+    found = [f"{p.relative_to(ROOT)}" for p in files if p.name != Path(__file__).name and pattern.search(p.read_text())]
+    assert found == []
+
+
+def _wheel(folder, name="tiny", version="1.0"):
+    """A minimal pure-Python wheel (a stand-in for the wheelhouse of build_wheelhouse.py)."""
+    dist = f"{name}-{version}.dist-info"
+    files = {
+        f"{name}/__init__.py": "VALUE = 1\n",
+        f"{dist}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n",
+        f"{dist}/WHEEL": "Wheel-Version: 1.0\nGenerator: tests\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+    }
+    files[f"{dist}/RECORD"] = "".join(f"{path},,\n" for path in [*files, f"{dist}/RECORD"])
+    with zipfile.ZipFile(folder / f"{name}-{version}-py3-none-any.whl", "w") as zf:
+        for path, text in files.items():
+            zf.writestr(path, text)
+
+
+def test_offline_install_puts_the_wheelhouse_and_the_package_in_one_folder(tmp_path):
+    """scripts/offline_install.sh (offline_run.sh, device_run.sh) on a node without network:
+    the wheelhouse, then l1bench built from the working tree (here by the node's setuptools: the
+    wheelhouse has no build-tools/), both found through PYTHONPATH. The build runs in a copy of
+    the package's files (pip builds in the tree it is given)."""
+    repo, wheelhouse, site, bin_dir = tmp_path / "repo", tmp_path / "wheelhouse", tmp_path / "site", tmp_path / "bin"
+    for name in ("pyproject.toml", "README.md", "scripts/offline_install.sh", "src/l1bench"):
+        (repo / name).parent.mkdir(parents=True, exist_ok=True)
+        (shutil.copytree if (ROOT / name).is_dir() else shutil.copy)(ROOT / name, repo / name)
+    wheelhouse.mkdir()
+    bin_dir.mkdir()
+    _wheel(wheelhouse)
+    python3 = bin_dir / "python3"  # the node's python3: this interpreter, in its environment
+    python3.write_text(f'#!/bin/sh\nexec "{sys.executable}" "$@"\n')
+    python3.chmod(0o755)
+    check = "import l1bench, tiny; print(l1bench.__file__)"
+    script = f'. "{repo}/scripts/offline_install.sh" "{wheelhouse}" && python3 -c "{check}"'
+    env = dict(os.environ, PATH=f"{bin_dir}{os.pathsep}{os.environ['PATH']}", L1_SITE=str(site),
+               PIP_NO_INDEX="1", PYTHONPATH="")
+    proc = subprocess.run(["bash", "-c", script], cwd=tmp_path, env=env, capture_output=True, text=True,
+                          timeout=300, check=False)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.strip() == str(site / "l1bench" / "__init__.py")
+    assert (site / "l1bench" / "worker.py").read_bytes() == (ROOT / "src/l1bench/worker.py").read_bytes()
