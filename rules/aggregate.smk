@@ -28,6 +28,7 @@ rule aggregate_results:
         scatter=report(f"{RES}/figures/measured_vs_published.png", category="Figures"),
         ratios=report(f"{RES}/figures/ratio_hist.png", category="Figures"),
         report=f"{RES}/README.md",
+        extensions=f"{RES}/extension_failures.md",
         record=TABLES_RECORD,
     log:
         f"{LOGS}/aggregate_results.log",

@@ -370,7 +370,13 @@ def slice_reports():
 
 
 def report_outputs():
-    names = ["scores.csv", "summary.md", "per_task.md", "README.md"]
+    names = [
+        "scores.csv",
+        "summary.md",
+        "per_task.md",
+        "README.md",
+        "extension_failures.md",
+    ]
     figs = ["figures/measured_vs_published.png", "figures/ratio_hist.png"]
     slices = [f"slices/{name}.md" for name in slice_reports()]
     return [f"{RES}/{n}" for n in names + figs + slices]

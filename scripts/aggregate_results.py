@@ -35,7 +35,7 @@ def main(smk):
     log = logging.getLogger("aggregate")
 
     from l1bench import aggregate as agg
-    from l1bench import freshness
+    from l1bench import extensions, freshness
     from l1bench.io import atomic_path, atomic_write_text
 
     device = smk.params.device
@@ -64,6 +64,7 @@ def main(smk):
     agg.plot_ratio_hist(df, out.ratios)
 
     report_dir = Path(out.report).parent
+    atomic_write_text(out.extensions, extensions.render(report_dir, device))
     # the configured slice reports, and any other beside the tables (made by an earlier run)
     slices = list(smk.params.get("slices") or [])
     slices += sorted(p.stem for p in (report_dir / "slices").glob("*.md") if p.stem not in slices)
