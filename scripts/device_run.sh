@@ -78,4 +78,11 @@ kill "$gpu_sampler" "$cpu_sampler" "$cpus_sampler" 2>/dev/null
 tar czf .devstate/results.tgz --exclude='*/build/ext' --exclude='*/tasks' results logs
 cp .devstate/results.tgz "$out/results.tgz"
 tail -5 "logs/snakemake-$stamp.log"
-python3 -m l1bench stagetimes results/h100 --samples logs/samples || true
+# The results tree this call wrote: results_dir= and device= from the arguments, else the
+# newest device folder under results_dir.
+res=results dev=
+for a in "$@"; do case $a in results_dir=*) res=${a#results_dir=} ;; device=*) dev=${a#device=} ;; esac; done
+tree=${dev:+$res/$dev}
+tree=${tree:-$(ls -td "$res"/*/ 2>/dev/null | head -1)}
+[ -n "$tree" ] && python3 -m l1bench stagetimes "${tree%/}" --since "$(date -u -d "@$start" +%Y-%m-%dT%H:%M:%S)" \
+    --samples logs/samples || true
