@@ -17,6 +17,7 @@ try:
     from l1bench import release as rel
     from l1bench import fetch, freshness, lifeline, preflight, recovery
     from l1bench.io import logs_dir
+    from l1bench.results import AGREEMENT
 except ModuleNotFoundError as err:
     if err.name != "l1bench":
         raise
