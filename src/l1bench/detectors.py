@@ -201,7 +201,11 @@ def shares_memory(xs, ys) -> bool:
 
 
 def compare_outputs(out, ref, atol: float, rtol: float):
-    """``(ok, reason)``: does ``out`` match ``ref`` like the published check (allclose)?"""
+    """``(ok, reason)``: does ``out`` match ``ref`` like the published check (allclose)?
+
+    The custom output is cast to the reference's dtype and device first, unlike the paper
+    protocol's :func:`l1bench.worker.compare_outputs` (which fails mixed dtypes, as the harness's
+    allclose does); see there why the two are kept apart."""
     import torch
 
     outs, refs = snippet.flatten_outputs(out), snippet.flatten_outputs(ref)
@@ -255,7 +259,9 @@ def check_lazy(out, device) -> list:
     null data pointer while holding elements - i.e. the work may be deferred
     until someone looks at the values.  The same checks as the paper protocol.
     Limits: a plain tensor whose values are filled in later (threads, streams)
-    passes here; see :func:`check_background`.
+    passes here; see :func:`check_background`. The paper protocol's own check (the ``lazy``
+    status) is :func:`l1bench.worker.lazy_problems`, which differs on non-tensor and empty
+    outputs and in its wording.
     """
     import torch
 

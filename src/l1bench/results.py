@@ -89,8 +89,6 @@ FAILED_STATUSES = frozenset(
 NOT_RUN_STATUSES = frozenset({Status.NO_CODE, Status.NO_BASELINE, Status.UNSUPPORTED, Status.SKIPPED})
 #: Statuses l1bench.attempts gives a job that broke ``max_attempts`` times.
 BROKEN_STATUSES = frozenset({Status.CRASHED, Status.TIMEOUT})
-#: The good status of each stage: anything else ends the task's later stages.
-GOOD_STATUS = {"build": Status.OK, "check": Status.PASS, "time": Status.OK}
 #: The earlier stage a check or time job depends on, and that stage's good status.
 UPSTREAM = {"check": ("build", Status.OK), "time": ("check", Status.PASS)}
 
@@ -141,9 +139,6 @@ class Flag(_StrEnum):
 
 #: |measured/published − 1| within this counts as agreeing with the published score.
 AGREEMENT = 0.15
-
-#: Result kinds, in stage order.
-KINDS = ("build", "check", "time")
 
 
 @dataclass
@@ -200,7 +195,7 @@ class TaskResult:
         return ("mode", "protocol", "flags") if kind == "check" else ("mode", "protocol")
 
     def to_dict(self) -> dict:
-        """The dict a job writes (plain strings: ``json`` and pandas see no enum)."""
+        """The dict a job writes (its status a plain string; JSON holds every enum as its value)."""
         out: dict[str, Any] = {
             "kind": self.kind,
             "tid": self.tid,
@@ -227,15 +222,6 @@ class TaskResult:
         base = {k: data.pop(k) for k in ("tid", "status", "reason")}
         known = {k: data.pop(k) for k in cls.typed_fields(kind) if k in data}
         return cls(kind, base["tid"], Status(base["status"]), base["reason"], extra=data, **known)
-
-    def flag_names(self) -> list[str]:
-        """The distinct flag names of :attr:`flags`, in first-seen order."""
-        names: list[str] = []
-        for f in self.flags:
-            name = f.get("flag") if isinstance(f, dict) else str(f)
-            if name not in names:
-                names.append(name)
-        return names
 
 
 # --------------------------------------------------------------------------- what needs a worker

@@ -214,7 +214,12 @@ def first_pair_slowed_in_driver(ref_ms: list, cus_ms: list, launches: dict) -> b
 
 
 def lazy_problems(outputs, device: str) -> list[str]:
-    """The paper protocol's laziness check: plain tensors on the device with real storage."""
+    """The paper protocol's laziness check: plain tensors on the device with real storage.
+
+    Its result is the check's ``lazy`` status and reason. :func:`l1bench.detectors.check_lazy`
+    is the detectors' variant (a ``LAZY`` flag): it skips non-tensor outputs, compares devices
+    by index, accepts empty tensors without storage and words its reasons differently; the two
+    stay apart because their texts and verdicts are recorded in results."""
     import torch
 
     problems = []
@@ -241,7 +246,12 @@ def lazy_problems(outputs, device: str) -> list[str]:
 
 
 def compare_outputs(ref_out, cus_out, atol: float, rtol: float) -> tuple[bool, str, float]:
-    """(ok, reason, max_abs_diff) comparing two model outputs like the harness (shape + allclose)."""
+    """(ok, reason, max_abs_diff) comparing two model outputs like the harness (shape + allclose).
+
+    Mixed dtypes and non-tensor outputs fail, as in the harness. :func:`l1bench.detectors.compare_outputs`
+    is the detectors' variant: it casts the custom output to the reference's dtype and device,
+    compares non-tensor outputs by equality and words its reasons differently (both are
+    recorded in results, so the two stay apart)."""
     import torch
 
     refs, cuss = flatten_outputs(ref_out), flatten_outputs(cus_out)
