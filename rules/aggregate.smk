@@ -55,7 +55,7 @@ rule slice_report:
     conda:
         "../envs/environment.yaml"
     params:
-        tolerance=0.15,
+        tolerance=AGREEMENT,
     shell:
         "python -m l1bench.compare slice {input.scores} {input.tasks}"
         " --tol {params.tolerance} --title {wildcards.name} --out {output} 2> {log}"

@@ -17,6 +17,7 @@ try:
     from l1bench import release as rel
     from l1bench import fetch, freshness, lifeline, preflight, recovery
     from l1bench.io import logs_dir
+    from l1bench.results import AGREEMENT
 except ModuleNotFoundError as err:
     if err.name != "l1bench":
         raise
@@ -489,7 +490,8 @@ def require_split_first(planned):
 def require_gpu_if_needed(planned):
     """Stop before any job (downloads included) when a check/time job this run would execute
     needs a GPU and none is visible: one line. Results decided without a GPU (no code, a
-    negative earlier stage, max_attempts reached) still run on a CPU-only machine. A cluster
+    negative earlier stage, max_attempts reached: l1bench.results.no_worker_needed, as
+    scripts/run_task.py and the worker decide) still run on a CPU-only machine. A cluster
     executor's jobs find their GPUs on the nodes it sends them to: no guard here."""
     if not preflight.gpus_are_local(
         workflow.local_exec, IS_DEMO, config["aggregate_only"]

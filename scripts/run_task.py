@@ -105,27 +105,37 @@ def no_code_result(job: dict) -> dict | None:
     """
     import json
 
+    from l1bench.results import NoWorker, Status, no_worker_needed
     from l1bench.worker import NO_CODE_REASON, result
 
     meta = json.loads((Path(job["task_dir"]) / "meta.json").read_text())
-    if "custom" in meta.get("snippets", {}):
+    if no_worker_needed(job["kind"], has_code="custom" in meta.get("snippets", {})) is not NoWorker.NO_CODE:
         return None
-    res = result(job, "no_code", NO_CODE_REASON)
+    res = result(job, Status.NO_CODE, NO_CODE_REASON)
     res["snippet_sha256"] = {k: v["sha256"] for k, v in meta["snippets"].items()}
     return decided_without_worker(res, job)
 
 
+def custom_builds_extensions(job: dict) -> bool | None:
+    """Whether the task's custom code compiles a C++/CUDA extension (None: no custom file)."""
+    from l1bench.release import SNIPPET_FILES
+    from l1bench.worker import builds_extensions
+
+    custom = Path(job["task_dir"]) / SNIPPET_FILES["custom"]
+    return builds_extensions(custom.read_text()) if custom.exists() else None
+
+
 def nothing_to_build(job: dict) -> dict | None:
     """The build result of custom code that compiles no extension, else None."""
-    from l1bench.release import SNIPPET_FILES
-    from l1bench.worker import builds_extensions, result
+    from l1bench.results import NoWorker, Status, no_worker_needed
+    from l1bench.worker import result
 
-    if job["kind"] != "build":
+    why = no_worker_needed(job["kind"], builds_extensions=lambda: custom_builds_extensions(job))
+    if why is not NoWorker.NOTHING_TO_BUILD:
         return None
-    custom = Path(job["task_dir"]) / SNIPPET_FILES["custom"]
-    if not custom.exists() or builds_extensions(custom.read_text()):
-        return None
-    res = result(job, "ok", "no C++/CUDA extension in the custom code: nothing to build", build_s=0.0, extensions=[])
+    res = result(
+        job, Status.OK, "no C++/CUDA extension in the custom code: nothing to build", build_s=0.0, extensions=[]
+    )
     return decided_without_worker(res, job)
 
 
@@ -138,22 +148,60 @@ def carried_forward(job: dict) -> dict | None:
     return decided_without_worker(res, job) if res is not None else None
 
 
+def gave_up(job: dict, attempts: list, max_attempts: int) -> dict | None:
+    """The terminal result of a job that broke ``max_attempts`` times, else None."""
+    from l1bench.attempts import given_up, terminal_reason, terminal_status
+    from l1bench.results import NoWorker, no_worker_needed
+    from l1bench.worker import result
+
+    if no_worker_needed(job["kind"], given_up=given_up(attempts, max_attempts)) is not NoWorker.GAVE_UP:
+        return None
+    res = result(job, terminal_status(attempts), terminal_reason(attempts), failed_attempts=attempts)
+    return decided_without_worker(res, job)
+
+
+def upstream_result_status(job: dict) -> str | None:
+    """The status of the earlier stage's result of a check or time job (None: none named)."""
+    import json
+
+    from l1bench.results import UPSTREAM
+
+    if job["kind"] not in UPSTREAM:
+        return None
+    path = job.get(f"{UPSTREAM[job['kind']][0]}_result")
+    return json.loads(Path(path).read_text())["status"] if path else None
+
+
+def without_worker(job: dict, attempts: list, max_attempts: int) -> dict | None:
+    """The result of a job decided in this process, without a worker (no interpreter, no CUDA
+    context), else None: :func:`l1bench.results.no_worker_needed` decides, from the task's
+    ``meta.json`` and custom code, the earlier stage's result and the attempts ledger (each
+    read only when the decision needs it)."""
+    import json
+
+    from l1bench.attempts import given_up
+    from l1bench.results import NoWorker, no_worker_needed
+
+    why = no_worker_needed(
+        job["kind"],
+        has_code=lambda: "custom" in json.loads((Path(job["task_dir"]) / "meta.json").read_text()).get("snippets", {}),
+        builds_extensions=lambda: custom_builds_extensions(job),
+        upstream_status=lambda: upstream_result_status(job),
+        given_up=lambda: given_up(attempts, max_attempts),
+    )
+    if why is None:
+        return None
+    if why is NoWorker.GAVE_UP:
+        return gave_up(job, attempts, max_attempts)
+    return {NoWorker.NO_CODE: no_code_result, NoWorker.NOTHING_TO_BUILD: nothing_to_build,
+            NoWorker.UPSTREAM: carried_forward}[why](job)
+
+
 def ledger_file(smk) -> Path:
     """The attempts ledger of this job's result (results/<device>/attempts/...)."""
     from l1bench.attempts import ledger_path
 
     return ledger_path(results_root(smk), smk.output[0])
-
-
-def gave_up(job: dict, attempts: list, max_attempts: int) -> dict | None:
-    """The terminal result of a job that broke ``max_attempts`` times, else None."""
-    from l1bench.attempts import given_up, terminal_reason, terminal_status
-    from l1bench.worker import result
-
-    if not given_up(attempts, max_attempts):
-        return None
-    res = result(job, terminal_status(attempts), terminal_reason(attempts), failed_attempts=attempts)
-    return decided_without_worker(res, job)
 
 
 def main(smk) -> None:
@@ -172,7 +220,7 @@ def main(smk) -> None:
     # nothing to run: no worker (no interpreter, no CUDA context)
     ledger, max_attempts = ledger_file(smk), int(smk.config["max_attempts"])
     attempts = attempts_mod.load(ledger)
-    res = no_code_result(job) or nothing_to_build(job) or carried_forward(job) or gave_up(job, attempts, max_attempts)
+    res = without_worker(job, attempts, max_attempts)
     if res is None:
         try:
             res = run_worker(

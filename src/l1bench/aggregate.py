@@ -26,8 +26,9 @@ import numpy as np
 import pandas as pd
 from tabulate import tabulate
 
-from . import attempts, stalls
+from . import results, stalls
 from .release import MODES, parse_task_id
+from .results import AGREEMENT, Flag, Status
 
 # --------------------------------------------------------------------------- conventions
 
@@ -64,20 +65,10 @@ STAT_ROWS = ("Mean", "Max", "75%", "50%", "25%", "Success", "Speedup", "GeoMean"
 #: A score above this counts as a speedup (README: ">1.01x out of total").
 SPEEDUP_THRESHOLD = 1.01
 
-#: Statuses meaning "ran and failed" (the custom code or the baseline).
-FAILED_STATUSES = frozenset(
-    {
-        "compile_error",
-        "load_error",
-        "missing_model_new",
-        "lazy",
-        "incorrect",
-        "runtime_error",
-        "baseline_error",
-    }
-) | attempts.STATUSES  # broke in every attempt: the worker crashed or timed out
-#: Statuses meaning "not attempted, by design".
-NOT_RUN_STATUSES = frozenset({"no_code", "no_baseline", "unsupported", "skipped"})
+#: Statuses meaning "ran and failed" (the custom code or the baseline; or broke in every
+#: attempt: the worker crashed or timed out) and "not attempted, by design": l1bench.results.
+FAILED_STATUSES = results.FAILED_STATUSES
+NOT_RUN_STATUSES = results.NOT_RUN_STATUSES
 #: Status of a task/mode with meta but no time file.
 MISSING = "missing"
 
@@ -156,7 +147,7 @@ def add_ceiling_flags(df: pd.DataFrame, ceiling: float | None) -> pd.DataFrame:
     """Flag measured speedups above ``ceiling`` for review (SPEEDUP_CEILING)."""
     if ceiling is None or df.empty or "measured" not in df:
         return df
-    return _append_flag(df, pd.to_numeric(df["measured"], errors="coerce") > ceiling, "SPEEDUP_CEILING")
+    return _append_flag(df, pd.to_numeric(df["measured"], errors="coerce") > ceiling, Flag.SPEEDUP_CEILING)
 
 
 def add_extension_flags(df: pd.DataFrame, annotations: dict) -> pd.DataFrame:
@@ -165,8 +156,8 @@ def add_extension_flags(df: pd.DataFrame, annotations: dict) -> pd.DataFrame:
     tids = set((annotations or {}).get("tasks", {}))
     if df.empty or not tids:
         return df
-    rows = df["tid"].isin(tids) & (df["status"] != "no_code") & (df["status"] != "missing")
-    return _append_flag(df, rows, "EXTENSION_BUILD_FAILED")  # rows that have it are left as they are
+    rows = df["tid"].isin(tids) & (df["status"] != Status.NO_CODE) & (df["status"] != MISSING)
+    return _append_flag(df, rows, Flag.EXTENSION_BUILD_FAILED)  # rows that have it are left as they are
 
 
 def withdraw_flags(df: pd.DataFrame, withdrawn: dict) -> pd.DataFrame:
@@ -189,7 +180,7 @@ def add_scan_flags(df: pd.DataFrame, scan: dict) -> pd.DataFrame:
     bad = {tid for tid, r in scan.items() if r.get("verdict") in ("zero", "constant")}
     if df.empty or not bad:
         return df
-    return _append_flag(df, df["tid"].isin(bad), "DEGENERATE_TASK")
+    return _append_flag(df, df["tid"].isin(bad), Flag.DEGENERATE_TASK)
 
 
 def _flag_names(*flag_lists) -> str:
@@ -309,7 +300,7 @@ def _row(tid, mode, proto, meta: dict, check: dict, t: dict | None) -> dict:
         status = t.get("status") or "unknown"
         reason = t.get("reason") or ""
     score = _num(t.get("score"))
-    measured = score if status == "ok" else math.nan
+    measured = score if status == Status.OK else math.nan
     ratio = measured / published if published > 0 and not math.isnan(measured) else math.nan
     prov = t.get("provenance") or {}
     strict = t.get("strict") or {}
@@ -317,7 +308,7 @@ def _row(tid, mode, proto, meta: dict, check: dict, t: dict | None) -> dict:
     ci = ci if isinstance(ci, (list, tuple)) and len(ci) == 2 else (None, None)
     n_timings = t.get("n_timings")
     stall = None
-    if status == "ok" and proto == "paper":
+    if status == Status.OK and proto == "paper":
         stall = stalls.rescore(t.get("ref_ms") or [], t.get("custom_ms") or [])
     stall_flag = stalls.outlier_flag(t | {"protocol": proto}) if stall and stall["stalled_calls"] else None
     return {
@@ -348,7 +339,7 @@ def _row(tid, mode, proto, meta: dict, check: dict, t: dict | None) -> dict:
         "python": prov.get("python"),
         "stalled_calls": stall["stalled_calls"] if stall else None,
         "score_without_stalls": _num(stall["score_without"]) if stall and stall["stalled_calls"] else math.nan,
-        "timing_design": (t.get("timing_design") or 1) if status == "ok" else None,
+        "timing_design": (t.get("timing_design") or 1) if status == Status.OK else None,
     }
 
 
@@ -457,7 +448,7 @@ def _coverage_note(df, mode, protocol) -> str:
     if n_missing:
         notes.append(f"{n_missing} task(s) without a result file are left out of both columns.")
     kept = sel[sel["status"] != MISSING]
-    no_code = kept["status"].eq("no_code") | kept["code_status"].eq("no_code")
+    no_code = kept["status"].eq(Status.NO_CODE) | kept["code_status"].eq(Status.NO_CODE)
     n_pub_no_code = int((no_code & kept["published"].notna()).sum())
     if n_pub_no_code:
         notes.append(
@@ -469,7 +460,7 @@ def _coverage_note(df, mode, protocol) -> str:
 
 def status_class(status) -> str:
     """'measured', 'failed', 'not_run' or 'missing'."""
-    if status == "ok":
+    if status == Status.OK:
         return "measured"
     if status == MISSING:
         return "missing"
@@ -478,8 +469,8 @@ def status_class(status) -> str:
     return "failed"
 
 
-#: |measured/published - 1| within this counts as agreeing with the published score.
-AGREEMENT = 0.15
+#: |measured/published - 1| within this counts as agreeing with the published score
+#: (l1bench.results.AGREEMENT).
 
 
 def ratio_stats(ratio, tol: float = AGREEMENT) -> dict:
@@ -614,7 +605,7 @@ def stall_sensitivity(df) -> pd.DataFrame:
     """Per paper mode: agreement with the published scores as measured, and with each score
     taken without its stalled pairs (``score_without_stalls``; scores without stalls as measured)."""
     rows = []
-    sel = df[(df["protocol"] == "paper") & (df["status"] == "ok")] if len(df) else df
+    sel = df[(df["protocol"] == "paper") & (df["status"] == Status.OK)] if len(df) else df
     for mode in _modes(sel) if len(sel) else []:
         g = sel[(sel["mode"] == mode) & (sel["published"] > 0) & sel["measured"].notna()]
         if g.empty:
@@ -659,7 +650,7 @@ def timing_design_counts(df) -> dict:
     """{design: measured results} over the scored time results (``timing_design`` column)."""
     if "timing_design" not in df:
         return {}
-    designs = df.loc[df["status"] == "ok", "timing_design"].dropna().astype(int)
+    designs = df.loc[df["status"] == Status.OK, "timing_design"].dropna().astype(int)
     return {int(k): int(v) for k, v in designs.value_counts().sort_index().items()}
 
 
@@ -1102,7 +1093,7 @@ def provenance_from_df(df) -> dict:
 def _robust_outliers(df, mode: str, below: bool) -> pd.DataFrame:
     """Paper results of ``mode`` below ½ (or above 2×) of published both as measured and
     without their stalled pairs, largest disagreement first."""
-    g = df[(df["protocol"] == "paper") & (df["mode"] == mode) & (df["status"] == "ok") & (df["published"] > 0)]
+    g = df[(df["protocol"] == "paper") & (df["mode"] == mode) & (df["status"] == Status.OK) & (df["published"] > 0)]
     g = g[g["measured"].notna()].copy()
     clean = _without_stalls(g)
     pub = g["published"].astype(float)
@@ -1156,7 +1147,7 @@ def render_findings(df) -> list[str]:
         lines += ["**Which do not hold** (paper protocol, below ½ or above 2× of published also without "
                   "stalled calls; flags in brackets):", "", *out_lines, ""]
     checks = df.drop_duplicates("tid")
-    checks = checks[checks["check_status"].notna() & ~checks["check_status"].isin(["pass", "no_code"])]
+    checks = checks[checks["check_status"].notna() & ~checks["check_status"].isin([Status.PASS, Status.NO_CODE])]
     if len(checks):
         lines += ["**Tasks that fail the checks** (every mode carries the check's status):", ""]
         for r in checks.sort_values(["level", "task"]).itertuples(index=False):
@@ -1164,7 +1155,7 @@ def render_findings(df) -> list[str]:
             lines.append(f"* {r.tid} — {r.check_status}: {md_escape(reason, 200)}")
         lines.append("")
     cls = df["status"].map(status_class)
-    one_mode = df[(cls == "failed") & (df["check_status"] == "pass")]
+    one_mode = df[(cls == "failed") & (df["check_status"] == Status.PASS)]
     if len(one_mode):
         lines += ["**Failures in one mode** (the check passed):", ""]
         for r in one_mode.sort_values(["level", "task"]).itertuples(index=False):

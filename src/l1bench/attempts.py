@@ -19,12 +19,13 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from l1bench.io import atomic_write_json
+from l1bench.results import BROKEN_STATUSES, Status
 
 #: Terminal status by the kind of breakage (runner.JobFailed.kind).
-STATUS_BY_KIND = {"timeout": "timeout", "section_timeout": "timeout"}
-DEFAULT_STATUS = "crashed"
+STATUS_BY_KIND = {"timeout": Status.TIMEOUT, "section_timeout": Status.TIMEOUT}
+DEFAULT_STATUS = Status.CRASHED
 #: Statuses this module can give a result.
-STATUSES = frozenset({"crashed", "timeout"})
+STATUSES = BROKEN_STATUSES
 ATTEMPTS_DIR = "attempts"
 
 
@@ -60,9 +61,9 @@ def given_up(attempts: list[dict], max_attempts: int) -> bool:
     return max_attempts > 0 and len(attempts) >= max_attempts
 
 
-def terminal_status(attempts: list[dict]) -> str:
+def terminal_status(attempts: list[dict]) -> Status:
     kinds = {STATUS_BY_KIND.get(a.get("kind"), DEFAULT_STATUS) for a in attempts}
-    return "timeout" if kinds == {"timeout"} else DEFAULT_STATUS
+    return Status.TIMEOUT if kinds == {Status.TIMEOUT} else DEFAULT_STATUS
 
 
 def terminal_reason(attempts: list[dict]) -> str:

@@ -27,6 +27,7 @@ from l1bench import stalls
 from l1bench.aggregate import MODE_LABELS, NA, md_table, ratio_stats
 from l1bench.aggregate import fmt as _fmt
 from l1bench.io import atomic_write_text
+from l1bench.results import AGREEMENT, Status
 
 MODES = list(rel.MODES)
 
@@ -66,12 +67,12 @@ def _flags(value) -> list[str]:
     return [f.strip() for f in value.replace(";", ",").split(",") if f.strip()]
 
 
-def agreement(df: pd.DataFrame, tol: float = 0.15) -> pd.DataFrame:
+def agreement(df: pd.DataFrame, tol: float = AGREEMENT) -> pd.DataFrame:
     """Per protocol and mode: tasks with a measured and a published score, how many agree
     within ``tol`` (|measured/published − 1| ≤ tol), their share and the median ratio."""
     rows = []
     for (protocol, mode), g in df.groupby(["protocol", "mode"], sort=False):
-        both = g[(g["status"] == "ok") & g["published"].notna() & g["measured"].notna()]
+        both = g[(g["status"] == Status.OK) & g["published"].notna() & g["measured"].notna()]
         st = ratio_stats(both["measured"] / both["published"], tol)
         rows.append(
             {
@@ -90,7 +91,7 @@ def _cell(row) -> str:
     """One mode of one task: ``measured (published)`` or the status."""
     if row is None:
         return "missing"
-    if row["status"] == "ok":
+    if row["status"] == Status.OK:
         return f"{_fmt(row['measured'])} ({_fmt(row['published'])})"
     return str(row["status"])
 
@@ -116,7 +117,7 @@ def slice_rows(df: pd.DataFrame, tids: list[str]) -> list[list[str]]:
     return rows
 
 
-def slice_report(df: pd.DataFrame, tids: list[str], tol: float = 0.15, title: str = "") -> str:
+def slice_report(df: pd.DataFrame, tids: list[str], tol: float = AGREEMENT, title: str = "") -> str:
     """Markdown: agreement per mode on the selection, then the per-task matrix."""
     sel = df[df["tid"].isin(tids)]
     missing = sorted(set(tids) - set(sel["tid"]))
@@ -154,7 +155,7 @@ def _time_results(root, protocol: str, mode: str) -> dict[str, dict]:
     return out
 
 
-def run_to_run(first_root, second_root, mode: str = "default", protocol: str = "paper", tol: float = 0.15) -> dict:
+def run_to_run(first_root, second_root, mode: str = "default", protocol: str = "paper", tol: float = AGREEMENT) -> dict:
     """Scores of the tasks timed in both result folders, and their relative differences
     (|second − first| / first). ``early_stopped`` marks a result cut short by the paper
     protocol's early stop (one outer trial below the threshold decides the score)."""
@@ -163,7 +164,7 @@ def run_to_run(first_root, second_root, mode: str = "default", protocol: str = "
     for tid in sorted(set(a) & set(b)):
         ra, rb = a[tid], b[tid]
         sa, sb = _num(ra.get("score")), _num(rb.get("score"))
-        if ra.get("status") != "ok" or rb.get("status") != "ok" or not sa or sb is None:
+        if ra.get("status") != Status.OK or rb.get("status") != Status.OK or not sa or sb is None:
             continue
         stopped = any(
             len(r.get("trial_scores") or []) < (r.get("params") or {}).get("outer_trials", 0) for r in (ra, rb)
@@ -208,7 +209,7 @@ def render_run_to_run(rr: dict, first_label: str, second_label: str) -> str:
         "|second − first| / first.",
         "",
         f"* all {rr['n']}: median **{pct(rr['median'])}**, max **{pct(rr['max'])}**",
-        f"* within ±{100 * rr.get('tol', 0.15):.0f} %: **{rr.get('within', 0)} of {rr['n']}**",
+        f"* within ±{100 * rr.get('tol', AGREEMENT):.0f} %: **{rr.get('within', 0)} of {rr['n']}**",
         "* timed calls stalled by the host (`l1bench.stalls`) per 1000: first "
         + ", second ".join(f"{x:.2f}" for x in rr.get("stalled_per_1000") or [0.0, 0.0]),
         f"* the {rr['n_full']} whose two results ran all outer trials: median {pct(rr['median_full'])}, "
@@ -240,7 +241,7 @@ def main(argv=None) -> int:
     s = sub.add_parser("slice", help="a task selection in every mode, measured next to published")
     s.add_argument("scores", help="scores.csv written by aggregate_results")
     s.add_argument("tasks", help="YAML file with a tasks: list")
-    s.add_argument("--tol", type=float, default=0.15)
+    s.add_argument("--tol", type=float, default=AGREEMENT)
     s.add_argument("--title", default="")
     s.add_argument("--out")
     r = sub.add_parser("repeat", help="the same tasks timed twice")

@@ -27,42 +27,27 @@ import threading
 import time
 
 from . import snippet
+from .results import Flag
 
 # --------------------------------------------------------------------------- flag names
 
-#: Output is not a plain tensor (subclass), is on the wrong device or has no storage.
-LAZY = "LAZY"
-#: An output shares memory with an input (the model returned or overwrote its input).
-ALIAS_INPUT = "ALIAS_INPUT"
-#: Two calls on distinct inputs return outputs in the same memory (persistent buffer).
-SAME_STORAGE = "SAME_STORAGE"
-#: The model changed the contents of its inputs.
-INPUT_MUTATION = "INPUT_MUTATION"
-#: Correct at first, later returns the result for earlier inputs (cached on identity/address).
-CACHED_OUTPUT = "CACHED_OUTPUT"
-#: The custom output disagrees with the reference (and is not a stale earlier result).
-OUTPUT_MISMATCH = "OUTPUT_MISMATCH"
-#: Work continues after the call returns (new Python threads, output changes later).
-BACKGROUND_WORK = "BACKGROUND_WORK"
-#: Global torch backend settings changed by constructing or calling the custom model.
-GLOBAL_STATE = "GLOBAL_STATE"
-#: Custom output much less accurate (vs. a float64 reference) than the float32 reference.
-PRECISION_DOWNGRADE = "PRECISION_DOWNGRADE"
-#: Custom output dtype differs from the reference output dtype.
-DTYPE_CHANGED = "DTYPE_CHANGED"
-#: Reference output is constant or ignores its inputs: speedups on this task mean nothing.
-DEGENERATE_TASK = "DEGENERATE_TASK"
-#: Speedup above the configured ceiling: review by hand.
-SPEEDUP_CEILING = "SPEEDUP_CEILING"
-#: The custom model raised while being checked (construction or a call).
-DETECTOR_ERROR = "DETECTOR_ERROR"
-#: (strict timing) host-synchronised time far above the current-stream event time.
-EVENT_SYNC_MISMATCH = "EVENT_SYNC_MISMATCH"
-#: (strict timing) speedup depends on data left in L2 between calls.
-L2_RESIDENT = "L2_RESIDENT"
-#: The custom code's own C++/CUDA extension does not compile; it ran on its fallback (set by
-#: the worker from the failed builds it saw, l1bench.worker.note_extension_failures).
-EXTENSION_BUILD_FAILED = "EXTENSION_BUILD_FAILED"
+#: The flag names, as module attributes (defined, with what each means, in l1bench.results.Flag).
+LAZY = Flag.LAZY
+ALIAS_INPUT = Flag.ALIAS_INPUT
+SAME_STORAGE = Flag.SAME_STORAGE
+INPUT_MUTATION = Flag.INPUT_MUTATION
+CACHED_OUTPUT = Flag.CACHED_OUTPUT
+OUTPUT_MISMATCH = Flag.OUTPUT_MISMATCH
+BACKGROUND_WORK = Flag.BACKGROUND_WORK
+GLOBAL_STATE = Flag.GLOBAL_STATE
+PRECISION_DOWNGRADE = Flag.PRECISION_DOWNGRADE
+DTYPE_CHANGED = Flag.DTYPE_CHANGED
+DEGENERATE_TASK = Flag.DEGENERATE_TASK
+SPEEDUP_CEILING = Flag.SPEEDUP_CEILING
+DETECTOR_ERROR = Flag.DETECTOR_ERROR
+EVENT_SYNC_MISMATCH = Flag.EVENT_SYNC_MISMATCH
+L2_RESIDENT = Flag.L2_RESIDENT
+EXTENSION_BUILD_FAILED = Flag.EXTENSION_BUILD_FAILED
 
 ALL_FLAGS = (
     LAZY,
@@ -216,7 +201,11 @@ def shares_memory(xs, ys) -> bool:
 
 
 def compare_outputs(out, ref, atol: float, rtol: float):
-    """``(ok, reason)``: does ``out`` match ``ref`` like the published check (allclose)?"""
+    """``(ok, reason)``: does ``out`` match ``ref`` like the published check (allclose)?
+
+    The custom output is cast to the reference's dtype and device first, unlike the paper
+    protocol's :func:`l1bench.worker.compare_outputs` (which fails mixed dtypes, as the harness's
+    allclose does); see there why the two are kept apart."""
     import torch
 
     outs, refs = snippet.flatten_outputs(out), snippet.flatten_outputs(ref)
@@ -270,7 +259,9 @@ def check_lazy(out, device) -> list:
     null data pointer while holding elements - i.e. the work may be deferred
     until someone looks at the values.  The same checks as the paper protocol.
     Limits: a plain tensor whose values are filled in later (threads, streams)
-    passes here; see :func:`check_background`.
+    passes here; see :func:`check_background`. The paper protocol's own check (the ``lazy``
+    status) is :func:`l1bench.worker.lazy_problems`, which differs on non-tensor and empty
+    outputs and in its wording.
     """
     import torch
 

@@ -18,6 +18,8 @@ import re
 import sys
 from pathlib import Path
 
+from l1bench.results import Status
+
 #: Compiler errors of code that may have built with the torch/CUDA its authors used.
 API_PATTERNS = ("DeprecatedTypeProperties", "AT_CUDA_CHECK", "C++17 or later", "getCurrentCUDAStream")
 SOURCE, API = "source", "torch/toolchain API"
@@ -71,7 +73,7 @@ def _published_measured(root: Path, tid: str) -> str:
     except (OSError, ValueError):
         return "–"
     pub = (meta.get("published") or {}).get("default")
-    got = t.get("score") if t.get("status") == "ok" else None
+    got = t.get("score") if t.get("status") == Status.OK else None
     fmt = lambda x: f"{x:.2f}×" if isinstance(x, (int, float)) else "–"  # noqa: E731
     return f"{fmt(pub)} → {fmt(got) if got is not None else t.get('status', '–')}"
 

@@ -14,7 +14,7 @@ import signal
 from pathlib import Path
 
 from l1bench import attempts
-from l1bench.worker import UPSTREAM
+from l1bench.results import UPSTREAM, no_worker_needed
 
 RELEASE_LAYOUT = "a release folder holds optimized_cuda_code/ and more_baselines/ as in the upstream repository"
 
@@ -64,20 +64,21 @@ def _status(path: Path) -> str | None:
 def decided_without_gpu(path, res, no_code_tids=(), max_attempts: int = 0, pending=frozenset()) -> bool:
     """Whether the check/time result ``path`` is decided without a GPU (scripts/run_task.py):
     the task has no custom code, the job already broke ``max_attempts`` times (l1bench.attempts),
-    or its build (for a check) or check (for a time job) is negative. An earlier result that is
-    itself still to be made in this run (in ``pending``) decides nothing yet."""
+    or its build (for a check) or check (for a time job) is negative
+    (:func:`l1bench.results.no_worker_needed`). An earlier result that is itself still to be
+    made in this run (in ``pending``) decides nothing yet."""
     path, res = Path(path), Path(res)
     tid = path.stem
-    if tid in no_code_tids:
-        return True
-    if attempts.given_up(attempts.load(attempts.ledger_path(res, path)), max_attempts):
-        return True
-    stage, ok = UPSTREAM[path.relative_to(res).parts[0]]
+    kind = path.relative_to(res).parts[0]
+    stage, _ = UPSTREAM[kind]
     upstream = res / stage / f"{tid}.json"
-    if str(upstream) in pending:
-        return False
-    status = _status(upstream)
-    return status is not None and status != ok
+    why = no_worker_needed(
+        kind,
+        has_code=tid not in no_code_tids,
+        upstream_status=lambda: None if str(upstream) in pending else _status(upstream),
+        given_up=lambda: attempts.given_up(attempts.load(attempts.ledger_path(res, path)), max_attempts),
+    )
+    return why is not None
 
 
 def gpu_jobs(outputs, res, no_code_tids=(), max_attempts: int = 0, pending=frozenset()) -> list[str]:

@@ -26,6 +26,7 @@ from pathlib import Path
 
 from l1bench.compare import load_task_list
 from l1bench.io import atomic_write_text
+from l1bench.results import Status
 
 STAGES = ("build", "check")
 
@@ -55,7 +56,7 @@ def prepare(src: Path, dest: Path, tids: list[str], ext_from: Path | None = None
             res = json.loads(f.read_text())
             here = dest / f.relative_to(src)
             if f.stem in wanted and not here.exists() and (
-                res.get("status") != "ok" or res.get("timing_design") == keep_design
+                res.get("status") != Status.OK or res.get("timing_design") == keep_design
             ):
                 here.parent.mkdir(parents=True, exist_ok=True)
                 shutil.copy2(f, here)
@@ -94,7 +95,7 @@ def adopt(src: Path, dest: Path, design: int | None = None) -> dict:
             res = json.loads(text)
         except (OSError, ValueError) as e:
             raise ValueError(f"{f}: not a result ({e})") from None
-        if design is not None and res.get("status") == "ok" and res.get("timing_design") != design:
+        if design is not None and res.get("status") == Status.OK and res.get("timing_design") != design:
             counts["skipped"] += 1
             continue
         atomic_write_text(dest / rel, text)

@@ -12,9 +12,12 @@ import random
 import sys
 import types
 
+from l1bench.results import Status
+
 
 class SnippetError(Exception):
-    """A deterministic problem with a snippet; ``status`` names the result status."""
+    """A deterministic problem with a snippet; ``status`` names the result status
+    (:class:`l1bench.results.Status`)."""
 
     def __init__(self, status: str, reason: str):
         super().__init__(reason)
@@ -48,7 +51,7 @@ def load_reference(src: str, label: str = "ref"):
     mod = exec_source(src, label)
     missing = [n for n in ("Model", "get_inputs", "get_init_inputs") if not hasattr(mod, n)]
     if missing:
-        raise SnippetError("baseline_error", f"{label} snippet lacks {', '.join(missing)}")
+        raise SnippetError(Status.BASELINE_ERROR, f"{label} snippet lacks {', '.join(missing)}")
     return mod.Model, mod.get_inputs, mod.get_init_inputs
 
 
@@ -57,14 +60,14 @@ def load_custom(src: str, label: str = "custom"):
     try:
         mod = exec_source(src, label)
     except SyntaxError as err:
-        raise SnippetError("compile_error", f"syntax error: {err.msg} (line {err.lineno})") from None
+        raise SnippetError(Status.COMPILE_ERROR, f"syntax error: {err.msg} (line {err.lineno})") from None
     except Exception as err:  # noqa: BLE001 - any exception while loading is the snippet's fault
-        raise classify_exception(err, "load_error", "loading custom code") from None
+        raise classify_exception(err, Status.LOAD_ERROR, "loading custom code") from None
     model_new = getattr(mod, "ModelNew", None)
     if model_new is None:
-        raise SnippetError("missing_model_new", "custom code defines no ModelNew")
+        raise SnippetError(Status.MISSING_MODEL_NEW, "custom code defines no ModelNew")
     if not isinstance(model_new, type):
-        raise SnippetError("missing_model_new", f"ModelNew is a {type(model_new).__name__}, not a class")
+        raise SnippetError(Status.MISSING_MODEL_NEW, f"ModelNew is a {type(model_new).__name__}, not a class")
     return model_new
 
 
@@ -95,7 +98,7 @@ def classify_exception(err: BaseException, default_status: str, during: str) -> 
     if type(err).__name__ == "OutOfMemoryError" or any(m in text for m in INFRA_MARKERS):
         return InfraError(f"{during}: {short(text)}")
     if any(m in text for m in COMPILE_MARKERS):
-        return SnippetError("compile_error", f"{during}: {short(text)}")
+        return SnippetError(Status.COMPILE_ERROR, f"{during}: {short(text)}")
     return SnippetError(default_status, f"{during}: {short(text)}")
 
 

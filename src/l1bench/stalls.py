@@ -18,7 +18,9 @@ from __future__ import annotations
 
 import statistics
 
-FLAG = "TIMING_OUTLIER"
+from l1bench.results import Flag, Status
+
+FLAG = Flag.TIMING_OUTLIER
 FACTOR = 3.0
 MIN_EXTRA_MS = 1.0
 #: Relative change of the score, without the stalled pairs, that raises the flag.
@@ -72,7 +74,7 @@ def outlier_flag(res: dict, tolerance: float = TOLERANCE) -> tuple[str, dict] | 
     They matter when the score without them differs by more than ``tolerance``, or when the
     measurement stopped early after a first trial that, without them, would have continued.
     """
-    if res.get("status") != "ok" or res.get("protocol", "paper") != "paper" or not res.get("score"):
+    if res.get("status") != Status.OK or res.get("protocol", "paper") != "paper" or not res.get("score"):
         return None
     info = rescore(res.get("ref_ms") or [], res.get("custom_ms") or [])
     if not info or not info["stalled_calls"] or info["score_without"] is None:
@@ -100,7 +102,7 @@ def stall_rate(results) -> dict:
     """Over paper-protocol result dicts: results, timed calls, stalled calls, flagged results."""
     out = {"results": 0, "timed_calls": 0, "stalled_calls": 0, "flagged": 0}
     for res in results:
-        if res.get("status") != "ok" or res.get("protocol", "paper") != "paper" or not res.get("ref_ms"):
+        if res.get("status") != Status.OK or res.get("protocol", "paper") != "paper" or not res.get("ref_ms"):
             continue
         info = rescore(res["ref_ms"], res.get("custom_ms") or [])
         if info is None:

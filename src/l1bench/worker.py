@@ -29,9 +29,10 @@ import time
 import traceback
 from pathlib import Path
 
-from l1bench import detectors, gpulock, hostclock, provenance
+from l1bench import gpulock, hostclock, provenance
 from l1bench.io import atomic_write_text
 from l1bench.release import BASELINE_SNIPPET
+from l1bench.results import UPSTREAM, Flag, NoWorker, Status, TaskResult, no_worker_needed
 from l1bench.snippet import (
     InfraError,
     SnippetError,
@@ -186,7 +187,7 @@ def _time_pair(base, custom, make_inputs_fn, rng, device: str, streams, clock) -
         if who == "ref":
             got[who], launches[who] = time_call(base, inputs, device, (), clock)
         else:
-            with guarded("timed call", "runtime_error"):
+            with guarded("timed call", Status.RUNTIME_ERROR):
                 got[who], launches[who] = time_call(custom, inputs, device, streams, clock)
     del inputs
     return got, launches
@@ -213,7 +214,12 @@ def first_pair_slowed_in_driver(ref_ms: list, cus_ms: list, launches: dict) -> b
 
 
 def lazy_problems(outputs, device: str) -> list[str]:
-    """The paper protocol's laziness check: plain tensors on the device with real storage."""
+    """The paper protocol's laziness check: plain tensors on the device with real storage.
+
+    Its result is the check's ``lazy`` status and reason. :func:`l1bench.detectors.check_lazy`
+    is the detectors' variant (a ``LAZY`` flag): it skips non-tensor outputs, compares devices
+    by index, accepts empty tensors without storage and words its reasons differently; the two
+    stay apart because their texts and verdicts are recorded in results."""
     import torch
 
     problems = []
@@ -240,7 +246,12 @@ def lazy_problems(outputs, device: str) -> list[str]:
 
 
 def compare_outputs(ref_out, cus_out, atol: float, rtol: float) -> tuple[bool, str, float]:
-    """(ok, reason, max_abs_diff) comparing two model outputs like the harness (shape + allclose)."""
+    """(ok, reason, max_abs_diff) comparing two model outputs like the harness (shape + allclose).
+
+    Mixed dtypes and non-tensor outputs fail, as in the harness. :func:`l1bench.detectors.compare_outputs`
+    is the detectors' variant: it casts the custom output to the reference's dtype and device,
+    compares non-tensor outputs by equality and words its reasons differently (both are
+    recorded in results, so the two stay apart)."""
     import torch
 
     refs, cuss = flatten_outputs(ref_out), flatten_outputs(cus_out)
@@ -273,39 +284,23 @@ def guarded(during: str, default_status: str):
 
 
 def result(job: dict, status: str, reason: str = "", **extra) -> dict:
-    out = {
-        "kind": job["kind"],
-        "tid": job["tid"],
-        "status": status,
-        "reason": short(reason) if reason else "",
-    }
-    for key in ("mode", "protocol"):
-        if job.get(key):
-            out[key] = job[key]
-    if job["kind"] == "time":  # every time result has the same keys, scored or not
-        out.update(score=None, score_std=None, n_timings=0)
-    if job["kind"] in ("check", "time"):
-        out["flags"] = []
-    out.update(extra)
-    return out
-
-
-#: The earlier stage a check or time job depends on, and that stage's good status.
-UPSTREAM = {"check": ("build", "ok"), "time": ("check", "pass")}
+    """The result dict of ``job``: its fields are defined by :class:`l1bench.results.TaskResult`
+    (``reason`` shortened to one line)."""
+    return TaskResult.for_job(job, status, short(reason) if reason else "", **extra).to_dict()
 
 
 def upstream_status(job: dict) -> dict | None:
     """If the earlier stage's result (build for a check, check for a time job) is negative,
-    carry it forward."""
+    carry it forward (:func:`l1bench.results.no_worker_needed`, ``UPSTREAM``)."""
     if job["kind"] not in UPSTREAM:
         return None
-    stage, ok = UPSTREAM[job["kind"]]
+    stage, _ = UPSTREAM[job["kind"]]
     key = f"{stage}_result"
     path = job.get(key)
     if not path:
         return None
     prev = json.loads(Path(path).read_text())
-    if prev["status"] == ok:
+    if no_worker_needed(job["kind"], upstream_status=prev["status"]) is not NoWorker.UPSTREAM:
         return None
     label = prev.get("kind", key)
     return result(job, prev["status"], f"{label}: {prev.get('reason', '')}".rstrip(": "))
@@ -413,14 +408,14 @@ class CustomBuilder:
         """Outside the lock: the CPU-constructed instance, or None when it must be built inside."""
         if not self.cpu_safe:
             return None
-        with guarded("constructing ModelNew", "runtime_error"):
+        with guarded("constructing ModelNew", Status.RUNTIME_ERROR):
             return construct(self.cls, self.init_inputs if init_inputs is None else init_inputs, seed)
 
     def finish(self, prepared, seed: int, init_inputs=None):
         """Inside the lock: the instance on the device (moved, or constructed and moved)."""
         import torch
 
-        with guarded("constructing ModelNew", "runtime_error"), torch.no_grad():
+        with guarded("constructing ModelNew", Status.RUNTIME_ERROR), torch.no_grad():
             if prepared is not None:
                 return move(prepared, self.device)
             args = self.init_inputs if init_inputs is None else init_inputs
@@ -516,7 +511,7 @@ def run_reference_warmup(model_cpu, get_inputs, device: str, p: dict) -> None:
     """
     import torch
 
-    with torch.no_grad(), guarded("the reference's warm-up run", "baseline_error"):
+    with torch.no_grad(), guarded("the reference's warm-up run", Status.BASELINE_ERROR):
         model = move(model_cpu, device)
         model(*make_inputs(get_inputs, device, p["inputs_on_device"]))
         synchronize(device)
@@ -536,7 +531,7 @@ def renew_allocator(base, custom, warm_inputs, device: str) -> None:
 
 def warm_up(base, custom, inputs, n: int, device: str) -> None:
     """The harness's warm-up: ``n`` calls of both models on one input set, synchronised."""
-    with guarded("warm-up", "runtime_error"):
+    with guarded("warm-up", Status.RUNTIME_ERROR):
         for _ in range(n):
             base(*inputs)
             custom(*inputs)
@@ -563,7 +558,7 @@ def correctness_trials(original, custom, get_inputs, device: str, p: dict) -> tu
         ref_out = original(*inputs)
         synchronize(device)
         set_seed(ts)
-        with guarded(f"correctness trial {i + 1}", "runtime_error"):
+        with guarded(f"correctness trial {i + 1}", Status.RUNTIME_ERROR):
             custom.eval()
             cus_out = custom(*inputs)
             synchronize(device)
@@ -580,9 +575,9 @@ def correctness_trials(original, custom, get_inputs, device: str, p: dict) -> tu
 def do_build(job: dict, meta: dict, snippets: dict) -> dict:
     """Compile the custom code's inline extensions into the task's extension folder (CPU)."""
     if "custom" not in snippets:
-        return result(job, "no_code", NO_CODE_REASON)
+        return result(job, Status.NO_CODE, NO_CODE_REASON)
     t0 = time.perf_counter()
-    with guarded("building custom code", "load_error"):
+    with guarded("building custom code", Status.LOAD_ERROR):
         model_new = load_custom(snippets["custom"])
     construct_note = ""
     if job["params"].get("construct_on_cpu", True):
@@ -599,7 +594,7 @@ def do_build(job: dict, meta: dict, snippets: dict) -> dict:
         built = sorted(p.name for p in ext_dir.iterdir() if p.is_dir() and p.name != "failed-builds")
     return result(
         job,
-        "ok",
+        Status.OK,
         construct_note,
         build_s=round(time.perf_counter() - t0, 3),
         extensions=built,
@@ -618,7 +613,7 @@ def do_check(job: dict, meta: dict, snippets: dict) -> dict:
     import torch
 
     Model, get_inputs, get_init_inputs = load_reference(snippets["ref"])
-    with guarded("loading custom code", "load_error"):
+    with guarded("loading custom code", Status.LOAD_ERROR):
         ModelNew = load_custom(snippets["custom"])
     stats: dict = {}
     details: dict = {}
@@ -646,12 +641,12 @@ def do_check(job: dict, meta: dict, snippets: dict) -> dict:
         with phase(stats, "laziness"):
             set_seed(seed)
             inputs = make_inputs(get_inputs, device, p["inputs_on_device"])
-            with guarded("first call of ModelNew", "runtime_error"):
+            with guarded("first call of ModelNew", Status.RUNTIME_ERROR):
                 out = custom(*inputs)
                 synchronize(device)
             problems = lazy_problems(flatten_outputs(out), device)
         if problems:
-            return result(job, "lazy", "; ".join(problems), **stats)
+            return result(job, Status.LAZY, "; ".join(problems), **stats)
         # The harness checks correctness on a fresh instance (state from the first call is dropped).
         del out, custom
         with phase(stats, "correctness"):
@@ -659,7 +654,7 @@ def do_check(job: dict, meta: dict, snippets: dict) -> dict:
             del second
             ok, why, passed, worst = correctness_trials(ref, custom, get_inputs, device, p)
         if not ok:
-            return result(job, "incorrect", why, trials_passed=passed, **stats)
+            return result(job, Status.INCORRECT, why, trials_passed=passed, **stats)
         details["max_abs_diff"] = worst
         flags = []
         if job.get("detectors"):
@@ -674,7 +669,7 @@ def do_check(job: dict, meta: dict, snippets: dict) -> dict:
                 )
             flags = det.get("flags", [])
             details["detectors"] = det.get("details", {})
-    return result(job, "pass", "", trials_passed=passed, flags=flags, details=details, **stats)
+    return result(job, Status.PASS, "", trials_passed=passed, flags=flags, details=details, **stats)
 
 
 # --------------------------------------------------------------------------- time
@@ -773,20 +768,20 @@ def do_time(job: dict, meta: dict, snippets: dict) -> dict:
     if prev:
         return prev
     if mode in BASELINE_MODES and device == "cpu":
-        return result(job, "unsupported", f"{mode} baselines need a CUDA GPU")
+        return result(job, Status.UNSUPPORTED, f"{mode} baselines need a CUDA GPU")
     base_src = baseline_source(mode, snippets)
     if base_src is None:
-        return result(job, "no_baseline", f"the release has no {mode} baseline code for this task")
+        return result(job, Status.NO_BASELINE, f"the release has no {mode} baseline code for this task")
     import torch
 
     try:
         Base, _, _ = load_reference(base_src, label=mode)
     except SnippetError as err:
-        return result(job, "baseline_error", err.reason)
+        return result(job, Status.BASELINE_ERROR, err.reason)
     except Exception as err:  # noqa: BLE001
-        return result(job, "baseline_error", f"loading {mode} baseline: {short(err)}")
+        return result(job, Status.BASELINE_ERROR, f"loading {mode} baseline: {short(err)}")
     Ref, get_inputs, get_init_inputs = load_reference(snippets["ref"])
-    with guarded("loading custom code", "load_error"):
+    with guarded("loading custom code", Status.LOAD_ERROR):
         ModelNew = load_custom(snippets["custom"])
     wait_for_streams = "cuda.Stream" in snippets["custom"] and device.startswith("cuda")
     stats: dict = {}
@@ -797,7 +792,7 @@ def do_time(job: dict, meta: dict, snippets: dict) -> dict:
         """(baseline constructed under ``seed``, init inputs), before any device work."""
         set_seed(seed)
         init_inputs = to_device(get_init_inputs(), device)
-        with guarded(f"constructing the {mode} baseline", "baseline_error"):
+        with guarded(f"constructing the {mode} baseline", Status.BASELINE_ERROR):
             return construct(Base, init_inputs, seed), init_inputs
 
     def on_device(base_cpu, custom_cpu, seed, init_inputs):
@@ -831,7 +826,7 @@ def do_time(job: dict, meta: dict, snippets: dict) -> dict:
         stats["dynamo_compiles_unlocked"] = release_lock_during_dynamo_compiles()
         base_cpu, _ = baseline_on_cpu(p["seed"])
         with gpu_section(), phase(stats, "compile (tracing and code generation unlocked)"), guarded(
-            f"compiling the reference ({mode})", "baseline_error"
+            f"compiling the reference ({mode})", Status.BASELINE_ERROR
         ):
             inputs = make_inputs(get_inputs, device, on_dev)
             base = wrap_baseline(move(base_cpu, device), mode)
@@ -858,7 +853,7 @@ def do_time(job: dict, meta: dict, snippets: dict) -> dict:
             read_clocks("before")
             base, custom = on_device(base_cpu, custom_cpu, p["seed"], init_inputs)
             warm_up(base, custom, make_inputs(get_inputs, device, on_dev), p["warmup"], device)
-            with guarded("strict timing", "runtime_error"), gpulock.DeviceLock.no_pause():
+            with guarded("strict timing", Status.RUNTIME_ERROR), gpulock.DeviceLock.no_pause():
                 st = strict.time_strict(
                     base,
                     custom,
@@ -870,7 +865,7 @@ def do_time(job: dict, meta: dict, snippets: dict) -> dict:
             read_clocks("after")
         return result(
             job,
-            "ok",
+            Status.OK,
             "",
             score=st["speedup_median"],
             strict=st,
@@ -887,11 +882,11 @@ def do_time(job: dict, meta: dict, snippets: dict) -> dict:
         custom_cpu = builder.prepare(p["seed"], init_inputs)
         with gpu_section(), phase(stats, "baseline correctness"):
             base, custom = on_device(base_cpu, custom_cpu, p["seed"], init_inputs)
-            with guarded(f"correctness against the {mode} baseline", "baseline_error"):
+            with guarded(f"correctness against the {mode} baseline", Status.BASELINE_ERROR):
                 ok, why, _, _ = correctness_trials(base, custom, get_inputs, device, p)
             del base, custom, base_cpu, custom_cpu
         if not ok:
-            return result(job, "incorrect", f"against the {mode} baseline: {why}", **stats)
+            return result(job, Status.INCORRECT, f"against the {mode} baseline: {why}", **stats)
 
     def placed(base_cpu, custom_cpu, seed, init_inputs):
         """Inside the lock: both models on the device, the custom model's streams, and the
@@ -942,7 +937,7 @@ def do_time(job: dict, meta: dict, snippets: dict) -> dict:
     stopped = len(scores) < p["outer_trials"]
     return result(
         job,
-        "ok",
+        Status.OK,
         f"stopped after {len(scores)} outer trials (score < {p['early_stop_below']})" if stopped else "",
         score=statistics.fmean(scores),
         score_std=statistics.pstdev(scores) if len(scores) > 1 else 0.0,
@@ -1015,7 +1010,7 @@ _FAILED_BUILDS: dict = {}
 _FAILED_BUILD_NAMES: dict = {}
 #: Flag of a check/time result whose custom code could not build its own extension: the code
 #: ran (and was timed) without it, on whatever fallback it has.
-EXTENSION_BUILD_FAILED = detectors.EXTENSION_BUILD_FAILED
+EXTENSION_BUILD_FAILED = Flag.EXTENSION_BUILD_FAILED
 
 
 def extension_build_failures() -> list[dict]:
@@ -1035,7 +1030,7 @@ def note_extension_failures(res: dict) -> dict:
     if not failures:
         return res
     res["extension_failures"] = failures
-    if res.get("kind") in ("check", "time") and res.get("status") != "no_code":
+    if res.get("kind") in ("check", "time") and res.get("status") != Status.NO_CODE:
         names = ", ".join(sorted({f["extension"] for f in failures}))
         reason = (
             f"the custom code's extension {names} does not build ({failures[0]['error']}); what ran is its fallback"
@@ -1230,8 +1225,8 @@ def run(job: dict) -> dict:
     else:
         job["device"] = pick_device(job)
     try:
-        if "custom" not in snippets and job["kind"] != "build":
-            res = result(job, "no_code", NO_CODE_REASON)
+        if no_worker_needed(job["kind"], has_code="custom" in snippets) is NoWorker.NO_CODE:
+            res = result(job, Status.NO_CODE, NO_CODE_REASON)
         else:
             res = KINDS[job["kind"]](job, meta, snippets)
     except SnippetError as err:

@@ -1,0 +1,280 @@
+"""What a result is: its statuses, its flags, the constants read with them, and its fields.
+
+The one definition of the JSON a build, check or time job writes
+(``results/<device>/build/<tid>.json``, ``check/<tid>.json``,
+``time/<protocol>/<mode>/<tid>.json``), in the manner of KernelBench's ``KernelExecResult``:
+
+* :class:`Status` — every status a result can have, and :data:`FAILED_STATUSES` /
+  :data:`NOT_RUN_STATUSES`, the groups the tables count (l1bench.aggregate).
+* :class:`Flag` — every flag name a result or a table row can carry ("review this result").
+* :data:`AGREEMENT` — |measured/published − 1| within this counts as agreeing with the
+  published score (the tables, the slice reports, the run-to-run comparison).
+* :class:`TaskResult` — the fields every result has; :meth:`TaskResult.to_dict` is the dict
+  the worker writes (l1bench.worker.result), :meth:`TaskResult.from_dict` reads one back.
+* :func:`no_worker_needed` — which jobs are decided without starting a worker (no code, an
+  earlier stage negative, nothing to build, broken too often): asked by the worker, by
+  scripts/run_task.py and by the workflow's GPU guard (rules/common.smk, l1bench.preflight).
+
+``Status`` and ``Flag`` are ``str`` enums: a member equals, hashes and formats as its value,
+so results compare with plain strings from JSON or pandas, and JSON holds the plain value.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any
+
+
+class _StrEnum(str, Enum):
+    """A ``str`` enum whose members are their values wherever text is made of them (``str``,
+    f-strings, ``%s``) and in sets and dicts (hash); ``enum.StrEnum`` is Python 3.11+."""
+
+    __str__ = str.__str__
+    __format__ = str.__format__
+    __hash__ = str.__hash__
+
+
+class Status(_StrEnum):
+    """Every status a build, check or time result can have (its ``status`` field)."""
+
+    #: build: the custom code's extensions built (or there was nothing to build); time: scored.
+    OK = "ok"
+    #: check: loads, is not lazy and matches the reference in every correctness trial.
+    PASS = "pass"
+    #: The release has no custom code for the task (l1bench.worker.NO_CODE_REASON).
+    NO_CODE = "no_code"
+    #: An extension or the custom code does not compile (l1bench.snippet.classify_exception).
+    COMPILE_ERROR = "compile_error"
+    #: Loading (executing) the custom code raised.
+    LOAD_ERROR = "load_error"
+    #: The custom code defines no ``ModelNew`` class.
+    MISSING_MODEL_NEW = "missing_model_new"
+    #: The custom output is not a plain tensor on the device with real storage (worker.lazy_problems).
+    LAZY = "lazy"
+    #: The custom output differs from the reference (or, for cuda_graph/cudnn, the mode's baseline).
+    INCORRECT = "incorrect"
+    #: Constructing or calling ModelNew raised.
+    RUNTIME_ERROR = "runtime_error"
+    #: The mode's baseline (or the reference compiled for a compile mode) failed to load, build or run.
+    BASELINE_ERROR = "baseline_error"
+    #: The release has no baseline code for the mode (cuda_graph, cudnn).
+    NO_BASELINE = "no_baseline"
+    #: The mode cannot run on this backend (cuda_graph/cudnn baselines on the CPU demo).
+    UNSUPPORTED = "unsupported"
+    #: Not attempted by choice (counted as not run; no stage writes it today).
+    SKIPPED = "skipped"
+    #: The worker broke in every attempt (l1bench.attempts: crash, CUDA fault, out of memory).
+    CRASHED = "crashed"
+    #: Every attempt ran past its time limit (l1bench.attempts).
+    TIMEOUT = "timeout"
+
+
+#: Statuses meaning "ran and failed" (the custom code or the baseline, or broke in every attempt).
+FAILED_STATUSES = frozenset(
+    {
+        Status.COMPILE_ERROR,
+        Status.LOAD_ERROR,
+        Status.MISSING_MODEL_NEW,
+        Status.LAZY,
+        Status.INCORRECT,
+        Status.RUNTIME_ERROR,
+        Status.BASELINE_ERROR,
+        Status.CRASHED,
+        Status.TIMEOUT,
+    }
+)
+#: Statuses meaning "not attempted, by design".
+NOT_RUN_STATUSES = frozenset({Status.NO_CODE, Status.NO_BASELINE, Status.UNSUPPORTED, Status.SKIPPED})
+#: Statuses l1bench.attempts gives a job that broke ``max_attempts`` times.
+BROKEN_STATUSES = frozenset({Status.CRASHED, Status.TIMEOUT})
+#: The earlier stage a check or time job depends on, and that stage's good status.
+UPSTREAM = {"check": ("build", Status.OK), "time": ("check", Status.PASS)}
+
+
+class Flag(_StrEnum):
+    """Every flag name ("review this result", not a verdict). On a result: ``{"flag": NAME,
+    "reason": ...}`` in its ``flags`` (check and time results; strict timing's in ``strict``);
+    in the tables: the names, ``;``-separated, in the ``flags`` column."""
+
+    #: Output is not a plain tensor (subclass), is on the wrong device or has no storage (detectors).
+    LAZY = "LAZY"
+    #: An output shares memory with an input (the model returned or overwrote its input).
+    ALIAS_INPUT = "ALIAS_INPUT"
+    #: Two calls on distinct inputs return outputs in the same memory (persistent buffer).
+    SAME_STORAGE = "SAME_STORAGE"
+    #: The model changed the contents of its inputs.
+    INPUT_MUTATION = "INPUT_MUTATION"
+    #: Correct at first, later returns the result for earlier inputs (cached on identity/address).
+    CACHED_OUTPUT = "CACHED_OUTPUT"
+    #: The custom output disagrees with the reference (and is not a stale earlier result).
+    OUTPUT_MISMATCH = "OUTPUT_MISMATCH"
+    #: Work continues after the call returns (new Python threads, output changes later).
+    BACKGROUND_WORK = "BACKGROUND_WORK"
+    #: Global torch backend settings changed by constructing or calling the custom model.
+    GLOBAL_STATE = "GLOBAL_STATE"
+    #: Custom output much less accurate (vs. a float64 reference) than the float32 reference.
+    PRECISION_DOWNGRADE = "PRECISION_DOWNGRADE"
+    #: Custom output dtype differs from the reference output dtype.
+    DTYPE_CHANGED = "DTYPE_CHANGED"
+    #: Reference output is constant or ignores its inputs: speedups on this task mean nothing
+    #: (detectors; in the tables from reference_scan.json, aggregate.add_scan_flags).
+    DEGENERATE_TASK = "DEGENERATE_TASK"
+    #: Speedup above the configured ceiling: review by hand (aggregate.add_ceiling_flags).
+    SPEEDUP_CEILING = "SPEEDUP_CEILING"
+    #: The custom model raised while being checked (construction or a call).
+    DETECTOR_ERROR = "DETECTOR_ERROR"
+    #: (strict timing) host-synchronised time far above the current-stream event time.
+    EVENT_SYNC_MISMATCH = "EVENT_SYNC_MISMATCH"
+    #: (strict timing) speedup depends on data left in L2 between calls.
+    L2_RESIDENT = "L2_RESIDENT"
+    #: The custom code's own C++/CUDA extension does not compile; it ran on its fallback (set by
+    #: the worker from the failed builds it saw, l1bench.worker.note_extension_failures; in the
+    #: tables also from extension_failures.json, aggregate.add_extension_flags).
+    EXTENSION_BUILD_FAILED = "EXTENSION_BUILD_FAILED"
+    #: (paper protocol, tables only) timed calls stalled by the host change the score (l1bench.stalls).
+    TIMING_OUTLIER = "TIMING_OUTLIER"
+
+
+#: |measured/published − 1| within this counts as agreeing with the published score.
+AGREEMENT = 0.15
+
+
+@dataclass
+class TaskResult:
+    """One build, check or time result: the fields every result has, and the rest in ``extra``.
+
+    Always: ``kind`` (build/check/time), ``tid`` (``L1_T001``), ``status`` (:class:`Status`)
+    and ``reason`` (one line, '' when there is nothing to say). ``mode`` and ``protocol``: time
+    jobs (absent from the dict when unset). A time result always has ``score``, ``score_std``
+    and ``n_timings`` (None, None, 0 when unscored); check and time results always have
+    ``flags`` (``[{"flag": Flag, "reason": str}]``).
+
+    ``extra`` holds every other field, in the order written. Made by the worker
+    (l1bench.worker: ``do_build``, ``do_check``, ``do_time`` for the measurements and their
+    ``details``/``phases``/lock statistics; ``run`` adds ``snippet_sha256``, ``params``,
+    ``provenance``, ``timing_design`` and, where extensions failed to build,
+    ``extension_failures``) and by scripts/run_task.py (``release_fingerprint``,
+    ``workflow_code``, ``failed_attempts``; ``provenance`` of a result decided without a
+    worker). Read by l1bench.aggregate (the tables), l1bench.stalls, l1bench.compare,
+    l1bench.retime and l1bench.extensions.
+    """
+
+    kind: str
+    tid: str
+    status: Status
+    reason: str = ""
+    mode: str | None = None
+    protocol: str | None = None
+    score: float | None = None
+    score_std: float | None = None
+    n_timings: int = 0
+    flags: list = field(default_factory=list)
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.status = Status(self.status)
+
+    @classmethod
+    def for_job(cls, job: dict, status: str, reason: str = "", **extra) -> TaskResult:
+        """The result of ``job`` (its kind, tid, and mode and protocol when set); known fields in
+        ``extra`` (score, flags, ...) fill their attributes, the others go to :attr:`extra`."""
+        kind = job["kind"]
+        known = {k: extra.pop(k) for k in list(extra) if k in cls.typed_fields(kind)}
+        for key in ("mode", "protocol"):
+            if job.get(key) and key not in known:
+                known[key] = job[key]
+        return cls(kind, job["tid"], Status(status), reason, extra=extra, **known)
+
+    @staticmethod
+    def typed_fields(kind: str) -> tuple[str, ...]:
+        """The optional fields a result of ``kind`` holds as attributes (the rest: ``extra``)."""
+        if kind == "time":
+            return ("mode", "protocol", "score", "score_std", "n_timings", "flags")
+        return ("mode", "protocol", "flags") if kind == "check" else ("mode", "protocol")
+
+    def to_dict(self) -> dict:
+        """The dict a job writes (its status a plain string; JSON holds every enum as its value)."""
+        out: dict[str, Any] = {
+            "kind": self.kind,
+            "tid": self.tid,
+            "status": self.status.value,
+            "reason": self.reason,
+        }
+        for key in ("mode", "protocol"):
+            if getattr(self, key):
+                out[key] = getattr(self, key)
+        if self.kind == "time":  # every time result has the same keys, scored or not
+            out.update(score=self.score, score_std=self.score_std, n_timings=self.n_timings)
+        if self.kind in ("check", "time"):
+            out["flags"] = self.flags
+        out.update(self.extra)
+        return out
+
+    @classmethod
+    def from_dict(cls, data: dict) -> TaskResult:
+        """A result read back (``json.load`` of a result file); ``to_dict`` gives ``data`` again.
+
+        Raises ValueError for a status that is not a :class:`Status`."""
+        data = dict(data)
+        kind = data.pop("kind")
+        base = {k: data.pop(k) for k in ("tid", "status", "reason")}
+        known = {k: data.pop(k) for k in cls.typed_fields(kind) if k in data}
+        return cls(kind, base["tid"], Status(base["status"]), base["reason"], extra=data, **known)
+
+
+# --------------------------------------------------------------------------- what needs a worker
+
+
+class NoWorker(_StrEnum):
+    """Why a job's result is decided without starting a worker (:func:`no_worker_needed`)."""
+
+    #: The task has no custom code: a ``no_code`` result.
+    NO_CODE = "no_code"
+    #: A build whose custom code compiles no extension: ``ok``, nothing to build.
+    NOTHING_TO_BUILD = "nothing_to_build"
+    #: The earlier stage (build for a check, check for a time job) is negative: carried forward.
+    UPSTREAM = "upstream"
+    #: The job broke ``max_attempts`` times (l1bench.attempts): ``crashed`` or ``timeout``.
+    GAVE_UP = "gave_up"
+
+
+Fact = Callable[[], Any]
+
+
+def _fact(value):
+    return value() if callable(value) else value
+
+
+def no_worker_needed(
+    kind: str,
+    has_code: bool | Fact = True,
+    upstream_status: str | None | Fact = None,
+    builds_extensions: bool | None | Fact = None,
+    given_up: bool | Fact = False,
+) -> NoWorker | None:
+    """Why the ``kind`` job's result needs no worker, or None when it needs one.
+
+    In this order: the task has no custom code (``has_code`` false); a build whose custom
+    code compiles no extension (``builds_extensions`` False; None: not known, so not decided);
+    a check or time job whose earlier stage has a negative ``upstream_status`` (None: no
+    result yet, so not decided); a job that broke too often (``given_up``). Each fact may be
+    given as a function of no arguments: it is called only when the decision needs it (a
+    caller reads files only for what decides).
+
+    The one decision behind the worker (``run``, ``upstream_status``), scripts/run_task.py
+    (the results it writes without starting the worker) and the workflow's GPU guard
+    (l1bench.preflight.decided_without_gpu, called from rules/common.smk).
+    """
+    if not _fact(has_code):
+        return NoWorker.NO_CODE
+    if kind == "build" and _fact(builds_extensions) is False:
+        return NoWorker.NOTHING_TO_BUILD
+    if kind in UPSTREAM:
+        status = _fact(upstream_status)
+        if status is not None and status != UPSTREAM[kind][1]:
+            return NoWorker.UPSTREAM
+    if _fact(given_up):
+        return NoWorker.GAVE_UP
+    return None

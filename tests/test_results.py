@@ -1,0 +1,181 @@
+"""l1bench.results: the one definition of a result, its statuses and flags, and of which jobs
+need a worker."""
+
+import json
+from pathlib import Path
+
+import pytest
+from helpers import ROOT, script_module
+
+from l1bench import aggregate, attempts, compare, detectors, preflight, stalls, worker
+from l1bench.results import (
+    AGREEMENT,
+    FAILED_STATUSES,
+    NOT_RUN_STATUSES,
+    Flag,
+    NoWorker,
+    Status,
+    TaskResult,
+    no_worker_needed,
+)
+
+H100 = ROOT / "results" / "h100"
+
+
+def committed_results() -> list[Path]:
+    return sorted(
+        [*H100.glob("build/L*_T*.json"), *H100.glob("check/L*_T*.json"), *H100.glob("time/*/*/L*_T*.json")]
+    )
+
+
+def test_every_committed_result_round_trips():
+    """Every build, check and time result of results/h100 reads into a TaskResult and back to
+    the same dict: the type covers every status and field that real results have."""
+    paths = committed_results()
+    kinds = {p.relative_to(H100).parts[0] for p in paths}
+    assert kinds == {"build", "check", "time"} and len(paths) > 1000
+    for path in paths:
+        data = json.loads(path.read_text())
+        res = TaskResult.from_dict(data)
+        assert isinstance(res.status, Status), path
+        assert res.to_dict() == data, path
+        for f in res.flags:
+            assert Flag(f["flag"]) == f["flag"], path
+
+
+def _old_result(job, status, reason="", **extra):
+    """worker.result as it was before TaskResult (reason already one line)."""
+    out = {"kind": job["kind"], "tid": job["tid"], "status": status, "reason": reason}
+    for key in ("mode", "protocol"):
+        if job.get(key):
+            out[key] = job[key]
+    if job["kind"] == "time":
+        out.update(score=None, score_std=None, n_timings=0)
+    if job["kind"] in ("check", "time"):
+        out["flags"] = []
+    out.update(extra)
+    return out
+
+
+@pytest.mark.parametrize(
+    "job, status, extra",
+    [
+        ({"kind": "build", "tid": "L1_T001"}, "ok", {"build_s": 0.0, "extensions": []}),
+        ({"kind": "build", "tid": "L1_T001"}, "no_code", {}),
+        ({"kind": "check", "tid": "L1_T002"}, "pass", {"trials_passed": 5, "flags": [{"flag": "X", "reason": "r"}]}),
+        ({"kind": "check", "tid": "L1_T002"}, "lazy", {"lock_held_s": 1.0}),
+        ({"kind": "time", "tid": "L1_T003", "mode": "cudnn", "protocol": "strict"}, "ok", {"score": 2.0}),
+        ({"kind": "time", "tid": "L1_T003", "mode": "default", "protocol": "paper"}, "crashed", {"n_timings": 3}),
+        ({"kind": "time", "tid": "L1_T003", "mode": "", "protocol": None}, "incorrect", {}),
+    ],
+)
+def test_the_worker_writes_the_same_dict_as_before(job, status, extra):
+    new = worker.result(job, status, "why", **extra)
+    old = _old_result(job, status, "why", **extra)
+    assert new == old and list(new) == list(old)  # same keys, same order
+    assert type(new["status"]) is str and json.dumps(new, sort_keys=True) == json.dumps(old, sort_keys=True)
+    assert TaskResult.from_dict(new).to_dict() == new
+
+
+def test_status_and_flag_are_their_strings():
+    assert Status.OK == "ok" and "ok" in {Status.OK} and Status.OK in {"ok"} and {"ok": 1}[Status.OK] == 1
+    assert f"{Status.NO_CODE}" == str(Status.NO_CODE) == "no_code"
+    assert f"`{Flag.TIMING_OUTLIER}`" == "`TIMING_OUTLIER`" and ";".join([Flag.LAZY, "X"]) == "LAZY;X"
+    assert json.dumps({"status": Status.PASS, "flag": Flag.LAZY}) == '{"status": "pass", "flag": "LAZY"}'
+    with pytest.raises(ValueError):
+        TaskResult.from_dict({"kind": "check", "tid": "L1_T001", "status": "no_such_status", "reason": ""})
+
+
+def test_one_vocabulary():
+    """The statuses and flags the modules use are the enums' (and the groups are disjoint)."""
+    assert {s.value for s in FAILED_STATUSES | NOT_RUN_STATUSES} <= {s.value for s in Status}
+    assert not FAILED_STATUSES & NOT_RUN_STATUSES
+    assert set(Status) - FAILED_STATUSES - NOT_RUN_STATUSES == {Status.OK, Status.PASS}
+    assert aggregate.FAILED_STATUSES is FAILED_STATUSES and aggregate.NOT_RUN_STATUSES is NOT_RUN_STATUSES
+    assert attempts.STATUSES <= FAILED_STATUSES
+    assert set(detectors.ALL_FLAGS) | {stalls.FLAG} == set(Flag)
+    assert aggregate.AGREEMENT == compare.agreement.__defaults__[0] == AGREEMENT == 0.15
+    assert aggregate.status_class(Status.NO_CODE) == aggregate.status_class("no_code") == "not_run"
+    assert aggregate.status_class("crashed") == "failed" and aggregate.status_class("ok") == "measured"
+
+
+@pytest.mark.parametrize(
+    "kind, facts, why",
+    [
+        ("build", {}, None),
+        ("build", {"has_code": False}, NoWorker.NO_CODE),
+        ("build", {"builds_extensions": False}, NoWorker.NOTHING_TO_BUILD),
+        ("build", {"builds_extensions": True}, None),
+        ("build", {"builds_extensions": None}, None),  # no custom file: the worker decides
+        ("build", {"has_code": False, "builds_extensions": False}, NoWorker.NO_CODE),
+        ("build", {"given_up": True}, NoWorker.GAVE_UP),
+        ("build", {"builds_extensions": False, "given_up": True}, NoWorker.NOTHING_TO_BUILD),
+        ("build", {"upstream_status": "compile_error"}, None),  # a build has no earlier stage
+        ("check", {}, None),
+        ("check", {"upstream_status": "ok"}, None),
+        ("check", {"upstream_status": "compile_error"}, NoWorker.UPSTREAM),
+        ("check", {"upstream_status": "no_code"}, NoWorker.UPSTREAM),
+        ("check", {"upstream_status": "pass"}, NoWorker.UPSTREAM),  # a check's build is "ok"
+        ("check", {"builds_extensions": False}, None),  # only builds: nothing to build
+        ("check", {"has_code": False, "upstream_status": "compile_error"}, NoWorker.NO_CODE),
+        ("check", {"upstream_status": "incorrect", "given_up": True}, NoWorker.UPSTREAM),
+        ("check", {"given_up": True}, NoWorker.GAVE_UP),
+        ("time", {"upstream_status": "pass"}, None),
+        ("time", {"upstream_status": "ok"}, NoWorker.UPSTREAM),
+        ("time", {"upstream_status": "incorrect"}, NoWorker.UPSTREAM),
+        ("time", {"upstream_status": "pass", "given_up": True}, NoWorker.GAVE_UP),
+        ("time", {"has_code": False, "given_up": True}, NoWorker.NO_CODE),
+    ],
+)
+def test_which_jobs_need_a_worker(kind, facts, why):
+    assert no_worker_needed(kind, **facts) is why
+    # facts given as functions: the same decision
+    assert no_worker_needed(kind, **{k: (lambda v=v: v) for k, v in facts.items()}) is why
+
+
+def test_facts_are_read_only_when_they_decide():
+    def never():
+        raise AssertionError("read although the decision was made")
+
+    assert no_worker_needed("time", has_code=False, upstream_status=never, given_up=never) is NoWorker.NO_CODE
+    assert no_worker_needed("build", builds_extensions=False, given_up=never) is NoWorker.NOTHING_TO_BUILD
+    why = no_worker_needed("check", builds_extensions=never, upstream_status="lazy", given_up=never)
+    assert why is NoWorker.UPSTREAM
+
+
+def test_the_three_callers_agree(tmp_path):
+    """run_task (the result it writes without a worker), the workflow's GPU guard
+    (preflight.decided_without_gpu) and the worker's carried-forward result decide alike."""
+    run_task = script_module("run_task")
+    res = tmp_path / "results/h100"
+    task = res / "tasks/L1_T001"
+    task.mkdir(parents=True)
+    (task / "meta.json").write_text(json.dumps({"snippets": {"ref": {"file": "ref.py", "sha256": "a"},
+                                                             "custom": {"file": "custom.py", "sha256": "b"}}}))
+    build = res / "build/L1_T001.json"
+    build.parent.mkdir(parents=True)
+    check_out = res / "check/L1_T001.json"
+    job = {"kind": "check", "tid": "L1_T001", "task_dir": str(task), "build_result": str(build)}
+    for status, decided in (("ok", False), ("compile_error", True), ("no_code", True)):
+        build.write_text(json.dumps({"kind": "build", "status": status, "reason": "r"}))
+        got = run_task.without_worker(job, [], 0)
+        assert (got is not None) == decided == preflight.decided_without_gpu(check_out, res)
+        assert (worker.upstream_status(job) is not None) == decided
+        if decided:
+            assert got["status"] == status and got["provenance"]["worker"] is False
+    # given up after 2 broken attempts (the build is fine)
+    broken = [{"when": "2026-12-01T00:00:00+00:00", "kind": "timeout", "error": "timed out after 9 s"}] * 2
+    build.write_text(json.dumps({"kind": "build", "status": "ok", "reason": ""}))
+    assert run_task.without_worker(job, broken, 2)["status"] == "timeout"
+    assert run_task.without_worker(job, broken, 3) is None
+    # no custom code: decided from meta.json (run_task, the worker) or the release (the guard)
+    (task / "meta.json").write_text(json.dumps({"snippets": {"ref": {"file": "ref.py", "sha256": "a"}}}))
+    assert run_task.without_worker(job, [], 0)["status"] == "no_code"
+    assert preflight.decided_without_gpu(check_out, res, no_code_tids={"L1_T001"})
+    # a build without extensions needs no worker; with one, it does
+    bjob = {"kind": "build", "tid": "L1_T001", "task_dir": str(task)}
+    (task / "meta.json").write_text(json.dumps({"snippets": {"custom": {"file": "custom.py", "sha256": "b"}}}))
+    (task / "custom.py").write_text("class ModelNew:\n    pass\n")
+    assert run_task.without_worker(bjob, [], 0)["reason"].endswith("nothing to build")
+    (task / "custom.py").write_text("from torch.utils.cpp_extension import load_inline\n")
+    assert run_task.without_worker(bjob, [], 0) is None
