@@ -597,7 +597,8 @@ def test_script_main(tree, tmp_path):
     assert len(csv) == 12 and "ratio" in csv.columns
     readme = (out / "README.md").read_text()
     assert "(figures/scatter.png)" in readme and "(scores.csv)" in readme
-    assert (out / "extension_failures.md").read_text().startswith("# Custom extensions that do not build (h100 release)")
+    extensions = (out / "extension_failures.md").read_text()
+    assert extensions.startswith("# Custom extensions that do not build (h100 release)")
     assert _is_png(out / "figures" / "scatter.png")
     assert "measured 4, failed 2, not run 2, missing 4" in (tmp_path / "logs" / "aggregate.log").read_text()
     assert not [p for p in out.rglob("*") if p.name.startswith(".")]  # no temp files left
