@@ -345,9 +345,9 @@ def aggregate_inputs():
         "scan": pick([f"{RES}/reference_scan.json"]),
         # committed annotation of results made before the worker recorded failed
         # extension builds itself (read when present)
-        "extension_failures": existing([f"{RES}/extension_failures.json"]),
+        "extension_failures": existing([curation("extension_failures.json")]),
         # committed list of flags a later detector fix showed to be false (read when present)
-        "withdrawn_flags": existing([f"{RES}/withdrawn_flags.json"]),
+        "withdrawn_flags": existing([curation("withdrawn_flags.json")]),
     }
 
 
@@ -368,6 +368,12 @@ def slice_reports():
             raise WorkflowError(f"config slice_reports: {path}: no such file")
         out[Path(path).stem] = path
     return out
+
+
+def curation(name):
+    """A hand-made input of a device's tables: config/curation/<device>/<name> (each file says
+    why it exists in its "about")."""
+    return f"config/curation/{DEVICE}/{name}"
 
 
 def report_outputs():

@@ -64,7 +64,11 @@ def main(smk):
     agg.plot_ratio_hist(df, out.ratios)
 
     report_dir = Path(out.report).parent
-    atomic_write_text(out.extensions, extensions.render(report_dir, device))
+    notes = _as_list(smk.input.get("extension_failures"))
+    atomic_write_text(
+        out.extensions,
+        extensions.render(report_dir, device, notes[0] if notes else None),
+    )
     # the configured slice reports, and any other beside the tables (made by an earlier run)
     slices = list(smk.params.get("slices") or [])
     slices += sorted(p.stem for p in (report_dir / "slices").glob("*.md") if p.stem not in slices)

@@ -748,14 +748,16 @@ def test_extension_failures_merge_results_and_annotations(tmp_path):
     _write(tmp_path / "check/L1_T010.json", {"tid": "L1_T010", "extension_failures": failures})
     _write(tmp_path / "check/L1_T011.json", {"tid": "L1_T011", "extension_failures": [
         {"extension": "n", "error": "Error building extension 'n'"}]})
-    _write(tmp_path / "extension_failures.json", {"tasks": {
+    _write(tmp_path / "curation.json", {"tasks": {
         "L1_T011": {"extension": "n", "cause": "source", "error": "error: ‘f’ was not declared", "log": "a.log"},
         "L1_T005": {"extension": "k", "cause": "source", "error": "error: ‘g’ was not declared", "log": "b.log"}}})
-    found = extensions.collect(tmp_path)
+    assert extensions.curation_file("results/h100") == Path("config/curation/h100/extension_failures.json")
+    assert list(extensions.collect(tmp_path)) == ["L1_T010", "L1_T011"]  # no curation file there
+    found = extensions.collect(tmp_path, tmp_path / "curation.json")
     assert list(found) == ["L1_T005", "L1_T010", "L1_T011"]
     assert found["L1_T010"]["error"] == "error: redefinition of ‘PyObject* PyInit_m()’"
     assert found["L1_T011"]["error"] == "error: ‘f’ was not declared"  # the log had the message
-    assert "**3 tasks**" in extensions.render(tmp_path)
+    assert "**3 tasks**" in extensions.render(tmp_path, notes=tmp_path / "curation.json")
 
 
 def test_report_findings_name_what_holds_what_does_not_and_what_fails(tree):
