@@ -208,12 +208,13 @@ def main(smk) -> None:
     from l1bench import attempts as attempts_mod
     from l1bench.io import atomic_write_json
     from l1bench.log import setup_logging
+    from l1bench.preflight import DRAINED_MARK
     from l1bench.runner import JobFailed, JobStopped, run_worker
 
     setup_logging(smk.log[0])  # appended to: the worker writes into the same log
     drain = os.environ.get(DRAIN_ENV)
     if drain and Path(drain).exists():
-        logging.error("not started: the run is draining (%s exists); the next run does this job", drain)
+        logging.error("%s (%s exists); the next run does this job", DRAINED_MARK, drain)
         sys.exit(f"{smk.rule}: not started, the run is draining")
     job = make_job(smk)
     logging.info("job %s", job)

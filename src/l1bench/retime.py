@@ -53,11 +53,11 @@ def prepare(src: Path, dest: Path, tids: list[str], ext_from: Path | None = None
         counts["time"] = 0
         wanted = set(tids)
         for f in sorted((src / "time").glob("*/*/*.json")):
-            res = json.loads(f.read_text())
             here = dest / f.relative_to(src)
-            if f.stem in wanted and not here.exists() and (
-                res.get("status") != Status.OK or res.get("timing_design") == keep_design
-            ):
+            if f.stem not in wanted or here.exists():
+                continue
+            res = json.loads(f.read_text())
+            if res.get("status") != Status.OK or res.get("timing_design") == keep_design:
                 here.parent.mkdir(parents=True, exist_ok=True)
                 shutil.copy2(f, here)
                 counts["time"] += 1
