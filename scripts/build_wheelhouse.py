@@ -16,7 +16,9 @@ packages published only as sdists (:data:`SDIST_ONLY`) are built into
 package with them on the node, without installing them beside snakemake. After the download
 :func:`missing_requirements` checks that every ``Requires-Dist`` of every wheel
 (markers evaluated for the target) is met by a wheel in the folder; the script
-exits non-zero if not.
+exits non-zero if not. :data:`LEFT_OUT` (pulp, 16 MB of bundled solver binaries, for
+Snakemake's ILP scheduler, which the profiles do not use: ``scheduler: greedy``) stays out
+unless ``--with-ilp``; the closure check then does not ask for it.
 """
 
 from __future__ import annotations
@@ -53,6 +55,10 @@ PLATFORMS = (
 
 #: Pure-Python packages without a wheel on PyPI; built locally with ``pip wheel``.
 SDIST_ONLY = frozenset({"connection-pool"})
+
+#: Requirements of Snakemake that the workflow never imports, and why: left out of the
+#: wheelhouse unless ``--with-ilp`` (a carried working tree with the wheelhouse stays small).
+LEFT_OUT = {"pulp": "Snakemake's ILP scheduler; profiles/*/config.yaml choose scheduler: greedy"}
 
 #: What builds the l1bench package (pyproject.toml's build-system, here the development venv's
 #: version) on a node without network, and the wheelhouse's folder that holds it.
@@ -128,15 +134,16 @@ def wheel_metadata(wheel: str | Path):
     return email.parser.HeaderParser().parsestr(text)
 
 
-def missing_requirements(folder: str | Path, python_version: str = "3.12") -> list[str]:
+def missing_requirements(folder: str | Path, python_version: str = "3.12", left_out=()) -> list[str]:
     """Unmet requirements of the wheels in ``folder``, one readable line each.
 
     Every ``Requires-Dist`` whose marker is true for the target (extras off)
-    must be matched, name and version, by a wheel in the same folder.
+    must be matched, name and version, by a wheel in the same folder, except the names in
+    ``left_out`` (left out on purpose: :data:`LEFT_OUT`).
     """
     metas = [wheel_metadata(w) for w in sorted(Path(folder).glob("*.whl"))]
     dists = [(m["Name"], m["Version"], m.get_all("Requires-Dist") or []) for m in metas]
-    return _unmet(dists, python_version, "not in wheelhouse")
+    return _unmet(dists, python_version, "not in wheelhouse", left_out)
 
 
 def missing_from_pins(requirements: list[str], requires_of, python_version: str = "3.12") -> list[str]:
@@ -156,16 +163,19 @@ def missing_from_pins(requirements: list[str], requires_of, python_version: str 
                   python_version, "not pinned")
 
 
-def _unmet(dists, python_version: str, absent: str) -> list[str]:
+def _unmet(dists, python_version: str, absent: str, left_out=()) -> list[str]:
     """Requirements of ``dists`` ([(name, version, Requires-Dist lines)]) that no other of
-    them meets, markers evaluated for the target (extras off)."""
+    them meets, markers evaluated for the target (extras off), ``left_out`` names excepted."""
     env = marker_environment(python_version)
+    skip = {canonicalize_name(n) for n in left_out}
     have = {canonicalize_name(name): Version(version) for name, version, _ in dists}
     missing = []
     for name, version, requires in dists:
         for line in requires:
             req = Requirement(line)
             if req.marker is not None and not req.marker.evaluate(env):
+                continue
+            if canonicalize_name(req.name) in skip:
                 continue
             got = have.get(canonicalize_name(req.name))
             if got is None or not req.specifier.contains(got, prereleases=True):
@@ -183,11 +193,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--slurm", action="store_true",
                     help=f"also the SLURM executor of profiles/slurm ({SLURM_REQUIREMENTS.relative_to(ROOT)})")
     ap.add_argument("--python", default=sys.executable, help="interpreter whose pip downloads")
+    ap.add_argument("--with-ilp", action="store_true",
+                    help="also pulp, for Snakemake's ILP scheduler (" + LEFT_OUT["pulp"] + ")")
     args = ap.parse_args(argv)
+    left_out = () if args.with_ilp else tuple(LEFT_OUT)
 
     files = (args.requirements or [DEFAULT_REQUIREMENTS]) + ([SLURM_REQUIREMENTS] if args.slurm else [])
     try:
-        reqs = merge_requirements(files)
+        reqs = [r for r in merge_requirements(files)
+                if canonicalize_name(Requirement(r).name) not in {canonicalize_name(n) for n in left_out}]
     except ValueError as err:
         print(f"error: {err}", file=sys.stderr)
         return 1
@@ -204,9 +218,10 @@ def main(argv: list[str] | None = None) -> int:
             print(f"error: pip {cmd[3]} failed", file=sys.stderr)
             return 1
 
-    missing = missing_requirements(args.dest, args.python_version)
+    missing = missing_requirements(args.dest, args.python_version, left_out)
     wheels = sorted(p.name for p in args.dest.glob("*.whl"))
-    print(f"{len(wheels)} wheels in {args.dest}")
+    print(f"{len(wheels)} wheels in {args.dest}" + (f" (left out: {', '.join(left_out)}; --with-ilp adds them)"
+                                                    if left_out else ""))
     if missing:
         print("error: wheelhouse is not closed:\n  " + "\n  ".join(missing), file=sys.stderr)
         return 1

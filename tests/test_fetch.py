@@ -182,6 +182,26 @@ def test_missing_requirements(tmp_path, wheelhouse):
     ]
 
 
+def test_pulp_is_left_out_unless_asked_for(tmp_path, wheelhouse, monkeypatch):
+    """Snakemake requires pulp (its ILP scheduler, 16 MB); the profiles use the greedy one, so the
+    wheelhouse leaves it out and its closure check does not miss it; --with-ilp brings it."""
+    _fake_wheel(tmp_path, "snakemake", "9.0", ["pulp<3.4,>=2.3.1", "yte"])
+    assert wheelhouse.missing_requirements(tmp_path, "3.12", ("pulp",)) == [
+        "snakemake 9.0 requires yte (not in wheelhouse)"]
+    assert len(wheelhouse.missing_requirements(tmp_path, "3.12")) == 2
+    for profile in (ROOT / "profiles").glob("*/config.yaml"):
+        assert "scheduler: greedy" in profile.read_text(), profile
+    calls = []
+    monkeypatch.setattr(
+        wheelhouse.subprocess, "run", lambda cmd: calls.append(cmd) or subprocess.CompletedProcess(cmd, 0)
+    )
+    monkeypatch.setattr(wheelhouse, "missing_requirements", lambda *a: [])
+    for argv, with_pulp in (([], False), (["--with-ilp"], True)):
+        calls.clear()
+        assert wheelhouse.main(["--dest", str(tmp_path), *argv]) == 0
+        assert any(a.startswith("pulp==") for a in calls[0]) is with_pulp
+
+
 def test_the_wheelhouse_carries_what_builds_l1bench(tmp_path, wheelhouse, monkeypatch):
     """setuptools goes to build-tools/ (scripts/offline_install.sh builds the package with it on
     the node), not beside snakemake's wheels, and meets pyproject.toml's build-system."""
