@@ -20,6 +20,7 @@ if not config["aggregate_only"]:
 
 
 include: "rules/aggregate.smk"
+include: "rules/reports.smk"
 
 
 onstart:

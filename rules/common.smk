@@ -1,9 +1,11 @@
 # Helpers only: config validation, the task table, paths and input functions.
+import glob
 import re
 import subprocess
 import sys
 from pathlib import Path
 
+import yaml
 from snakemake.exceptions import WorkflowError
 from snakemake.utils import validate
 
@@ -15,7 +17,7 @@ NOT_INSTALLED = (
 
 try:
     from l1bench import release as rel
-    from l1bench import fetch, freshness, lifeline, preflight, recovery
+    from l1bench import archive, fetch, freshness, lifeline, preflight, recovery
     from l1bench.io import logs_dir
     from l1bench.results import AGREEMENT
 except ModuleNotFoundError as err:
@@ -546,3 +548,18 @@ def print_failure_hint(logs):
 
 
 keep_current_tables_current()
+
+
+# --- lab reports (rules/reports.smk): results trees compared with each other
+
+ARCHIVES = archive.read_config()
+REPORTS = yaml.safe_load(Path("config/reports.yaml").read_text())
+
+
+def tree_inputs(tree):
+    """What a report reads of one results tree: its archive's unpacked folder, or its
+    default-mode paper results (ancient: a report never plans a time job)."""
+    name = archive.holder(tree, ARCHIVES)
+    if name is not None:
+        return ARCHIVES[name]["unpacks"]
+    return ancient(sorted(glob.glob(f"{tree}/time/paper/default/*.json")))

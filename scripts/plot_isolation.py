@@ -6,29 +6,27 @@ outer trial does) while other processes do one thing a workflow job does outside
 the same 53 tasks agree within ±15 % for how many tasks, and how many timed calls per 1000 were
 stalled, per design (results/isolation/**, compared as src/l1bench/compare.py does).
 
-    python scripts/plot_isolation.py
+    python scripts/plot_isolation.py [OUT.png]     (the rule isolation_figure: rules/reports.smk)
 """
 
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
+
+import yaml
 
 from l1bench import compare
 
 ROOT = Path(__file__).resolve().parents[1]
 BENCH = ROOT / "results/h100/bench/stalls-alloc-h200.json"
-RUNS = {  # label: (first, second) results trees
-    "design 2\nconcurrent": ("results/isolation/design2/c1/h100", "results/isolation/design2/c2/h100"),
-    "design 3\nconcurrent": ("results/isolation/design3/c1/h100", "results/isolation/design3/c2/h100"),
-    "design 3 vs\none at a time": ("results/isolation/design3/c1/h100", "results/isolation/design2/s1/h100"),
-    "design 4\nconcurrent": ("results/isolation/c1/h100", "results/isolation/c2/h100"),
-    "design 4 vs\none at a time": ("results/isolation/c1/h100", "results/isolation/s1/h100"),
-    "one at a time\nvs one at a time": ("results/isolation/s1/h100", "results/isolation/design2/s1/h100"),
-}
+#: label -> (first, second) results trees of the right panel (config/reports.yaml)
+RUNS = yaml.safe_load((ROOT / "config/reports.yaml").read_text())["isolation_figure"]["runs"]
 
 
 def main(out: Path = ROOT / "results/isolation/figures/isolation.png") -> Path:
+    """Draw the figure into ``out`` (written atomically)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -73,4 +71,4 @@ def main(out: Path = ROOT / "results/isolation/figures/isolation.png") -> Path:
 
 
 if __name__ == "__main__":
-    print(main())
+    print(main(Path(sys.argv[1]).resolve()) if len(sys.argv) > 1 else main())

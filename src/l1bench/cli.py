@@ -12,6 +12,7 @@ import sys
 
 #: subcommand (= module of l1bench) -> what it is for (docs/tools.md)
 TOOLS = {
+    "archive": "raw logs and old experiment trees packed out of results/ (pack, unpack, verify)",
     "attempts": "record broken attempts from Snakemake logs (results made before the attempts ledger)",
     "compare": "a task selection measured next to published (slice), run-to-run spread (repeat)",
     "extensions": "the table of custom extensions that do not build (extension_failures.md)",
