@@ -556,10 +556,11 @@ ARCHIVES = archive.read_config()
 REPORTS = yaml.safe_load(Path("config/reports.yaml").read_text())
 
 
-def tree_inputs(tree):
-    """What a report reads of one results tree: its archive's unpacked folder, or its
-    default-mode paper results (ancient: a report never plans a time job)."""
+def tree_inputs(tree, results="paper/default"):
+    """What a report reads of one results tree: the unpacked folder of the archive that holds
+    it, or its time results (``results``: protocol/mode globs; ancient: a report never plans a
+    time job)."""
     name = archive.holder(tree, ARCHIVES)
     if name is not None:
         return ARCHIVES[name]["unpacks"]
-    return ancient(sorted(glob.glob(f"{tree}/time/paper/default/*.json")))
+    return ancient(sorted(glob.glob(f"{tree}/time/{results}/*.json")))

@@ -43,6 +43,30 @@ for _i, (_out, (_first, _second)) in enumerate(REPORTS["spread_reports"].items()
             "python -m l1bench.compare repeat {params.first} {params.second} --out {output} 2> {log}"
 
 
+for _i, (_out, _page) in enumerate(REPORTS["throughput_reports"].items()):
+
+    rule:
+        name:
+            f"throughput_report_{_i}"
+        input:
+            tree=tree_inputs(_page["tree"], "*/*"),
+            samples=tree_inputs(_page["samples"]),
+        output:
+            _out,
+        log:
+            f"logs/reports/throughput_{_i}.log",
+        conda:
+            "../envs/environment.yaml"
+        params:
+            tree=lambda w, page=_page: page["tree"],
+            samples=lambda w, page=_page: page["samples"],
+            title=lambda w, page=_page: page["title"],
+            about=lambda w, page=_page: page["about"],
+        shell:
+            "python -m l1bench.stagetimes {params.tree:q} --samples {params.samples:q} --page {output:q}"
+            " --title {params.title:q} --about {params.about:q} 2> {log}"
+
+
 rule isolation_figure:
     input:
         bench="results/h100/bench/stalls-alloc-h200.json",
@@ -65,4 +89,5 @@ rule isolation_figure:
 rule lab_reports:
     input:
         list(REPORTS["spread_reports"]),
+        list(REPORTS["throughput_reports"]),
         REPORTS["isolation_figure"]["out"],

@@ -52,3 +52,16 @@ def test_cpu_samples_busy_share():
     lines = ["1 cpu 0 0 0 0 0 0 0", "2 cpu 70 0 5 20 5 0 0", "3 cpu 70 0 5 120 5 0 0"]
     s = stagetimes.cpu_samples(lines)
     assert s["samples"] == 2 and abs(s["mean_busy_pct"] - 37.5) < 1e-9 and s["saturated_share"] == 0
+
+
+def test_a_page_is_the_printed_report_with_a_title_and_bullets(tmp_path, capsys):
+    _result(tmp_path / "r/time/paper/default/L1_T001.json", "time", "2026-12-03T10:00:20+00:00",
+            "2026-12-03T10:01:40+00:00", 35, mode="default")
+    stagetimes.main([str(tmp_path / "r")])
+    printed = capsys.readouterr().out
+    page = tmp_path / "THROUGHPUT.md"
+    stagetimes.main([str(tmp_path / "r"), "--page", str(page), "--title", "Throughput", "--about", "One run."])
+    text = page.read_text()
+    assert text.startswith("# Throughput\n\nOne run.\n\n| stage")
+    assert "\n* first start to last finish 80 s; GPU lock held 35 s (44 % of it)\n" in text
+    assert text.replace("\n* ", "\n").endswith(printed.split("\n\n", 1)[1])

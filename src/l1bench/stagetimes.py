@@ -149,6 +149,21 @@ def samples_summary(folder) -> str:
     return "\n".join(out)
 
 
+def report(root, samples=None, since=None, until=None, bullet: str = "") -> str:
+    """The stage table, then the run's span and lock share, its stalled timed calls and (with
+    ``samples``) one line per sampler file; ``bullet`` starts each of those lines."""
+    stats = collect(root, since, until)
+    o = overall(stats)
+    lines = [
+        f"first start to last finish {o['span_s']:.0f} s; GPU lock held {o['gpu_lock_s']:.0f} s "
+        f"({100 * o['lock_share']:.0f} % of it)",
+        stalls.describe_rate(stalls.stall_rate(r for r in results(root, since, until) if r["kind"] == "time")),
+    ]
+    if samples:
+        lines += samples_summary(samples).splitlines()
+    return table(stats) + "\n\n" + "\n".join(bullet + line for line in lines)
+
+
 def main(argv: list[str]) -> None:
     import argparse
 
@@ -157,18 +172,17 @@ def main(argv: list[str]) -> None:
     ap.add_argument("--samples", help="folder of device_run.sh samples (GPU utilisation, CPU load)")
     ap.add_argument("--since", help="only results whose worker started at or after this ISO time")
     ap.add_argument("--until", help="only results whose worker started before this ISO time")
+    ap.add_argument("--page", help="write a markdown page here (atomically) instead of printing")
+    ap.add_argument("--title", default="", help="the page's title (with --page)")
+    ap.add_argument("--about", default="", help="the page's paragraph under the title (with --page)")
     args = ap.parse_args(argv)
-    stats = collect(args.root, args.since, args.until)
-    print(table(stats))
-    o = overall(stats)
-    print(
-        f"\nfirst start to last finish {o['span_s']:.0f} s; GPU lock held {o['gpu_lock_s']:.0f} s "
-        f"({100 * o['lock_share']:.0f} % of it)"
-    )
-    print(stalls.describe_rate(stalls.stall_rate(r for r in results(args.root, args.since, args.until)
-                                                 if r["kind"] == "time")))
-    if args.samples:
-        print(samples_summary(args.samples))
+    if not args.page:
+        print(report(args.root, args.samples, args.since, args.until))
+        return
+    from l1bench.io import atomic_write_text
+
+    head = f"# {args.title}\n\n" + (f"{args.about.strip()}\n\n" if args.about.strip() else "")
+    atomic_write_text(args.page, head + report(args.root, args.samples, args.since, args.until, "* ") + "\n")
 
 
 if __name__ == "__main__":
