@@ -650,7 +650,7 @@ def test_atomic_path_keeps_suffix_and_renames(tmp_path):
 def test_ceiling_flags():
     import pandas as pd
 
-    from l1bench.aggregate import add_ceiling_flags
+    from l1bench.aggregate.annotate import add_ceiling_flags
 
     df = pd.DataFrame({"measured": [2.0, 12.0, None], "flags": ["", "LAZY", None]})
     out = add_ceiling_flags(df, 10.0)
@@ -661,7 +661,7 @@ def test_ceiling_flags():
 def test_paper_vs_strict_table():
     import pandas as pd
 
-    from l1bench.aggregate import protocol_comparison_lines
+    from l1bench.aggregate.markdown import protocol_comparison_lines
 
     base = {"published": 2.0, "ci95_lo": None, "ci95_hi": None, "status": "ok", "flags": ""}
     df = pd.DataFrame(
@@ -688,7 +688,7 @@ def test_paper_vs_strict_table():
 def test_scan_flags():
     import pandas as pd
 
-    from l1bench.aggregate import add_scan_flags
+    from l1bench.aggregate.annotate import add_scan_flags
 
     df = pd.DataFrame({"tid": ["L2_T083", "L1_T001"], "flags": ["", "LAZY"]})
     out = add_scan_flags(df, {"L2_T083": {"verdict": "zero"}, "L1_T001": {"verdict": "ok"}})
@@ -698,7 +698,7 @@ def test_scan_flags():
 def test_extension_flags_from_an_annotation_file():
     import pandas as pd
 
-    from l1bench.aggregate import add_extension_flags
+    from l1bench.aggregate.annotate import add_extension_flags
 
     df = pd.DataFrame(
         {
@@ -722,7 +722,7 @@ def test_extension_flags_from_an_annotation_file():
 def test_withdrawn_flags_leave_the_tables_only_for_the_listed_tasks():
     import pandas as pd
 
-    from l1bench.aggregate import withdraw_flags
+    from l1bench.aggregate.annotate import withdraw_flags
 
     df = pd.DataFrame(
         {
@@ -778,7 +778,9 @@ def test_report_findings_name_what_holds_what_does_not_and_what_fails(tree):
 def test_tables_say_how_many_scores_are_from_the_old_timing_design():
     import pandas as pd
 
-    from l1bench import aggregate
+    from l1bench.aggregate.load import _row
+    from l1bench.aggregate.markdown import timing_design_lines
+    from l1bench.aggregate.stats import timing_design_counts
 
     df = pd.DataFrame(
         {
@@ -786,10 +788,10 @@ def test_tables_say_how_many_scores_are_from_the_old_timing_design():
             "timing_design": [1, 3, 3, None],
         }
     )
-    assert aggregate.timing_design_counts(df) == {1: 1, 3: 2}
-    line = aggregate.timing_design_lines(df)[0]
+    assert timing_design_counts(df) == {1: 1, 3: 2}
+    line = timing_design_lines(df)[0]
     assert "1 of 3 scores are still from it" in line and "design 3: 2" in line
-    assert "still" not in aggregate.timing_design_lines(df[df["timing_design"] != 1])[0]
+    assert "still" not in timing_design_lines(df[df["timing_design"] != 1])[0]
     # a time result without the field was made before it existed: design 1
-    row = aggregate._row("L1_T001", "default", "paper", {"level": 1, "task": 1}, {}, {"status": "ok", "score": 1.0})
+    row = _row("L1_T001", "default", "paper", {"level": 1, "task": 1}, {}, {"status": "ok", "score": 1.0})
     assert row["timing_design"] == 1

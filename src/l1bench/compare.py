@@ -24,8 +24,10 @@ import pandas as pd
 
 from l1bench import release as rel
 from l1bench import stalls
-from l1bench.aggregate import MODE_LABELS, NA, md_table, ratio_stats
-from l1bench.aggregate import fmt as _fmt
+from l1bench.aggregate.conventions import MODE_LABELS, NA
+from l1bench.aggregate.markdown import fmt as _fmt
+from l1bench.aggregate.markdown import md_table
+from l1bench.aggregate.stats import ratio_stats
 from l1bench.io import atomic_write_text
 from l1bench.results import AGREEMENT, Status
 

@@ -1,0 +1,58 @@
+"""Annotation: flags the tables add to a loaded table (ceiling, reference scan, extension build
+failures) and flags they withdraw (curation files). The raw result files keep theirs.
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from ..results import Flag, Status
+from .conventions import MISSING
+
+
+def _append_flag(df: pd.DataFrame, rows, name: str) -> pd.DataFrame:
+    """A copy of ``df`` with flag ``name`` appended on the selected rows."""
+    df = df.copy()
+    flags = df["flags"].fillna("").astype(str)
+    df.loc[rows, "flags"] = [f if name in f.split(";") else ";".join(filter(None, [f, name])) for f in flags[rows]]
+    return df
+
+
+def add_ceiling_flags(df: pd.DataFrame, ceiling: float | None) -> pd.DataFrame:
+    """Flag measured speedups above ``ceiling`` for review (SPEEDUP_CEILING)."""
+    if ceiling is None or df.empty or "measured" not in df:
+        return df
+    return _append_flag(df, pd.to_numeric(df["measured"], errors="coerce") > ceiling, Flag.SPEEDUP_CEILING)
+
+
+def add_extension_flags(df: pd.DataFrame, annotations: dict) -> pd.DataFrame:
+    """EXTENSION_BUILD_FAILED on every row (with code) of a task listed in ``annotations``
+    (``{"tasks": {tid: {...}}}``, e.g. ``extension_failures.json``) that lacks it."""
+    tids = set((annotations or {}).get("tasks", {}))
+    if df.empty or not tids:
+        return df
+    rows = df["tid"].isin(tids) & (df["status"] != Status.NO_CODE) & (df["status"] != MISSING)
+    return _append_flag(df, rows, Flag.EXTENSION_BUILD_FAILED)  # rows that have it are left as they are
+
+
+def withdraw_flags(df: pd.DataFrame, withdrawn: dict) -> pd.DataFrame:
+    """Leave out flags listed in ``withdrawn`` (``{"tasks": {tid: {flag: reason}}}``, e.g.
+    ``withdrawn_flags.json``): flags a later detector fix showed to be false on results made
+    before it. The raw result files keep them."""
+    tasks = (withdrawn or {}).get("tasks", {})
+    if df.empty or not tasks:
+        return df
+    df = df.copy()
+    flags = df["flags"].fillna("").astype(str)
+    for i in df.index[df["tid"].isin(tasks)]:
+        drop = set(tasks[df.at[i, "tid"]])
+        df.at[i, "flags"] = ";".join(f for f in flags[i].split(";") if f and f not in drop)
+    return df
+
+
+def add_scan_flags(df: pd.DataFrame, scan: dict) -> pd.DataFrame:
+    """DEGENERATE_TASK on every row of a task whose reference output is constant or zero."""
+    bad = {tid for tid, r in scan.items() if r.get("verdict") in ("zero", "constant")}
+    if df.empty or not bad:
+        return df
+    return _append_flag(df, df["tid"].isin(bad), Flag.DEGENERATE_TASK)

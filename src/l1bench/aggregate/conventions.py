@@ -1,0 +1,111 @@
+"""Vocabulary of the tables: the columns of ``scores.csv``, the status groups, mode labels and the
+order of modes and protocols, the rows of a summary table and the missing-score convention.
+
+First layer of :mod:`l1bench.aggregate`; imports nothing from the other submodules.
+"""
+
+from __future__ import annotations
+
+from .. import results
+from ..release import MODES
+from ..results import Status
+
+#: Per mode: do tasks without a score count as 1.0x in the statistics?
+#: The CUDA-L1 README does so for default, torch_compile and
+#: torch_compile_reduce_overhead (a task that failed falls back to the reference:
+#: speedup 1.0, mean/percentiles/geomean over all tasks), but averages only the
+#: scored tasks for cuda_graph (its Speedup column reads e.g. "147/229"). The
+#: README has no cudnn row; we choose the cuda_graph convention for cudnn because
+#: it, too, compares against a separate baseline snippet that may be absent.
+MISSING_AS_ONE = {
+    "default": True,
+    "torch_compile": True,
+    "torch_compile_reduce_overhead": True,
+    "cuda_graph": False,
+    "cudnn": False,
+}
+
+#: Display names, as in the CUDA-L1 README.
+MODE_LABELS = {
+    "default": "Default",
+    "torch_compile": "Torch Compile",
+    "torch_compile_reduce_overhead": "Torch Compile RO",
+    "cuda_graph": "CUDA Graph",
+    "cudnn": "cuDNN",
+}
+
+#: Known timing protocols, in display order (others sort after, alphabetically).
+PROTOCOLS = ("paper", "strict")
+
+#: Rows of a summary table, in order.
+STAT_ROWS = ("Mean", "Max", "75%", "50%", "25%", "Success", "Speedup", "GeoMean")
+
+#: A score above this counts as a speedup (README: ">1.01x out of total").
+SPEEDUP_THRESHOLD = 1.01
+
+#: Statuses meaning "ran and failed" (the custom code or the baseline; or broke in every
+#: attempt: the worker crashed or timed out) and "not attempted, by design": l1bench.results.
+FAILED_STATUSES = results.FAILED_STATUSES
+NOT_RUN_STATUSES = results.NOT_RUN_STATUSES
+#: Status of a task/mode with meta but no time file.
+MISSING = "missing"
+
+COLUMNS = [
+    "device",
+    "level",
+    "task",
+    "tid",
+    "mode",
+    "protocol",
+    "status",
+    "reason",
+    "published",
+    "measured",
+    "std",
+    "n_timings",
+    "ratio",
+    "flags",
+    "check_status",
+    "gpu",
+    "driver",
+    "cuda",
+    "torch",
+    "started",
+    # extras beyond the brief, useful when reading scores.csv
+    "code_status",
+    "ci95_lo",
+    "ci95_hi",
+    "finished",
+    "python",
+    # paper protocol: timed calls stretched by a host-side stall (l1bench.stalls) and the score
+    # without the pairs that hold one (the measured score itself is the harness's, unchanged)
+    "stalled_calls",
+    "score_without_stalls",
+    # how timed sections were kept clean (worker.TIMING_DESIGN; 1 = before the isolation work)
+    "timing_design",
+]
+
+NA = "–"  # shown for a missing number
+
+
+def _protocol_key(p) -> tuple:
+    return (PROTOCOLS.index(p), "") if p in PROTOCOLS else (len(PROTOCOLS), str(p))
+
+
+def _mode_key(m) -> tuple:
+    return (MODES.index(m), "") if m in MODES else (len(MODES), str(m))
+
+
+def status_class(status) -> str:
+    """'measured', 'failed', 'not_run' or 'missing'."""
+    if status == Status.OK:
+        return "measured"
+    if status == MISSING:
+        return "missing"
+    if status in NOT_RUN_STATUSES:
+        return "not_run"
+    return "failed"
+
+
+def _mode_label(mode) -> str:
+    return MODE_LABELS.get(mode, str(mode))

@@ -1,0 +1,347 @@
+"""Markdown: number formatting, table cells and tables, and the ``summary.md`` and
+``per_task.md`` pages.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+from tabulate import tabulate
+
+from .. import stalls
+from ..results import AGREEMENT, Status
+from .conventions import MISSING, MISSING_AS_ONE, NA, SPEEDUP_THRESHOLD, STAT_ROWS, _mode_key, _mode_label, status_class
+from .stats import (
+    _levels,
+    _modes,
+    _protocols,
+    _select,
+    flag_counts,
+    stall_sensitivity,
+    status_counts,
+    summary_table,
+    timing_design_counts,
+)
+
+
+def convention_note(mode: str) -> str:
+    if MISSING_AS_ONE.get(mode, False):
+        return (
+            "Convention (CUDA-L1 README): tasks without a score count as 1.00 in Mean, "
+            "percentiles and GeoMean; Speedup is out of all tasks."
+        )
+    extra = (
+        " (README convention for CUDA Graph, applied to cuDNN by choice)"
+        if mode == "cudnn"
+        else " (CUDA-L1 README)"
+    )
+    return f"Convention{extra}: only tasks with a score are averaged; Speedup is out of the scored tasks."
+
+
+def _coverage_note(df, mode, protocol) -> str:
+    """Sentence on tasks left out (missing) and tasks scored in the release but without code."""
+    sel = _select(df, mode, protocol)
+    notes = []
+    n_missing = int((sel["status"] == MISSING).sum())
+    if n_missing:
+        notes.append(f"{n_missing} task(s) without a result file are left out of both columns.")
+    kept = sel[sel["status"] != MISSING]
+    no_code = kept["status"].eq(Status.NO_CODE) | kept["code_status"].eq(Status.NO_CODE)
+    n_pub_no_code = int((no_code & kept["published"].notna()).sum())
+    if n_pub_no_code:
+        notes.append(
+            f"{n_pub_no_code} task(s) have a published score but no released code; "
+            "they are scored in the published column only."
+        )
+    return (" " + " ".join(notes)) if notes else ""
+
+
+def fmt(x, digits: int = 2) -> str:
+    """2-decimal number, or a dash for None/NaN; strings pass through."""
+    if x is None or (isinstance(x, str) and not x):
+        return NA
+    if isinstance(x, str):
+        return x
+    try:
+        f = float(x)
+    except (TypeError, ValueError):
+        return str(x)
+    return NA if not math.isfinite(f) else f"{f:.{digits}f}"
+
+
+def md_escape(text, limit: int | None = 160) -> str:
+    """Make free text safe inside a GitHub table cell."""
+    if text is None or (isinstance(text, float) and math.isnan(text)):
+        return ""
+    s = " ".join(str(text).split()).replace("|", "\\|")
+    if limit and len(s) > limit:
+        s = s[: limit - 1] + "…"
+    return s
+
+
+def md_table(rows, headers, colalign=None) -> str:
+    return tabulate(rows, headers=headers, tablefmt="github", disable_numparse=True, colalign=colalign)
+
+
+def _status_table(df) -> str:
+    counts = status_counts(df)
+    headers = [
+        "Protocol",
+        "Mode",
+        "Measured",
+        "Failed",
+        "Not run",
+        "Missing",
+        "Total",
+        "< ½ published",
+        "> 2× published",
+        "Median measured/published",
+    ]
+    rows = [
+        [
+            r.protocol,
+            _mode_label(r.mode),
+            r.measured,
+            r.failed,
+            r.not_run,
+            r.missing,
+            r.total,
+            f"{r.below_half}/{r.compared}",
+            f"{r.above_double}/{r.compared}",
+            fmt(r.median_ratio),
+        ]
+        for r in counts.itertuples()
+    ]
+    return md_table([[str(c) for c in row] for row in rows], headers, ["left", "left"] + ["right"] * 8)
+
+
+def _stall_table(df) -> str:
+    sens = stall_sensitivity(df)
+    if sens.empty:
+        return ""
+    headers = ["Mode", "Compared", "With stalled calls", f"Within ±{AGREEMENT:.0%}", "< ½", "> 2×", "Median ratio"]
+    rows = [
+        [_mode_label(r.mode), r.compared, r.stalled,
+         f"{r.measured_agree} → {r.without_agree}", f"{r.measured_below_half} → {r.without_below_half}",
+         f"{r.measured_above_double} → {r.without_above_double}", f"{fmt(r.measured_median)} → {fmt(r.without_median)}"]
+        for r in sens.itertuples(index=False)
+    ]
+    return md_table(rows, headers, ["left"] + ["right"] * (len(headers) - 1))
+
+
+def _flag_table(df) -> str:
+    combos, counts = flag_counts(df)
+    if not counts:
+        return "No flags."
+    headers = ["Flag"] + [f"{_mode_label(m)} ({p})" for p, m in combos] + ["Tasks, any"]
+    rows = [[f"`{flag}`"] + [c.get(k, 0) for k in combos] + [c["any"]] for flag, c in counts.items()]
+    return md_table(rows, headers, ["left"] + ["right"] * (len(headers) - 1))
+
+
+def timing_design_lines(df) -> list[str]:
+    """Say how many scores were timed before the timing-isolation work (design 1), when any were."""
+    counts = timing_design_counts(df)
+    if not counts:
+        return []
+    old = counts.get(1, 0)
+    parts = ", ".join(f"design {k}: {v}" for k, v in counts.items())
+    return [
+        f"Measured scores by the timing design that made them ({parts}). Design 1 is the design before "
+        "the timing-isolation work: other jobs' start-up, driver calls and threads could reach its timed "
+        f"calls; **{old} of {sum(counts.values())} scores are still from it** until they are timed again "
+        "(`timing_design` in scores.csv; RUN_NOTES says what each design changed)."
+        if old
+        else f"Measured scores by the timing design that made them ({parts}).",
+    ]
+
+
+def render_summary_markdown(df) -> str:
+    """Per protocol and mode: published next to measured, per level and overall."""
+    lines = ["# Summary: measured vs published speedups", ""]
+    if df.empty:
+        return "\n".join(lines + ["No results.", ""])
+    devices = ", ".join(str(d) for d in pd.unique(df["device"].dropna())) or "unknown device"
+    n_tasks = df["tid"].nunique()
+    lines += [
+        f"Device: **{devices}**, {n_tasks} tasks. Speedup = reference time / CUDA-L1 time (×). "
+        f"*Published* = the release's score; *measured* = this run. Success = tasks with a score; "
+        f"Speedup = tasks above {SPEEDUP_THRESHOLD}×. Percentiles use linear interpolation.",
+        "",
+        "## Task counts",
+        "",
+        "*Failed* = ran but did not produce a valid score (compile/load/runtime error, incorrect output, "
+        "lazy or missing `ModelNew`, broken baseline); *not run* = no code in the release, no baseline, "
+        "unsupported or skipped; *missing* = no result file. The last columns compare tasks with both scores.",
+        "",
+        _status_table(df),
+        "",
+        "## Flags",
+        "",
+        "Tasks carrying each flag of the checks (detectors), the timing stage and the tables "
+        "(`SPEEDUP_CEILING`, `DEGENERATE_TASK` from the CPU scan, `EXTENSION_BUILD_FAILED`, "
+        f"`{stalls.FLAG}`: timed calls stalled by the host changed a paper score by more than "
+        f"{stalls.TOLERANCE:.0%} or caused its early stop; `score_without_stalls` in scores.csv). "
+        "A flag is for review: the score stays what the protocol measured.",
+        "",
+        _flag_table(df),
+        "",
+    ]
+    stall_table = _stall_table(df)
+    if stall_table:
+        lines += [
+            "### Paper scores without stalled calls",
+            "",
+            "Measured/published as measured → with each score taken without the timed pairs that hold "
+            f"a stalled call (`{stalls.FLAG}`; early-stopped results only have the trials that ran). "
+            "A sensitivity check of the harness's mean-of-means formula, not a replacement score.",
+            "",
+            stall_table,
+            "",
+        ]
+    design_lines = timing_design_lines(df)
+    if design_lines:
+        lines += ["### Timing design", "", *design_lines, ""]
+    levels = _levels(df)
+    for proto in _protocols(df):
+        lines += [f"## Protocol: {proto}", ""]
+        for mode in _modes(df):
+            if df[(df["protocol"] == proto) & (df["mode"] == mode)].empty:
+                continue
+            pub = summary_table(df, mode, proto, published=True, levels=levels)
+            meas = summary_table(df, mode, proto, published=False, levels=levels)
+            headers = ["Statistic"]
+            for col in pub.columns:
+                name = "All" if col == "All" else f"Level {col[1:]}"
+                headers += [f"{name} published", f"{name} measured"]
+            rows = []
+            for stat in STAT_ROWS:
+                row = [stat]
+                for col in pub.columns:
+                    row += [fmt(pub.at[stat, col]), fmt(meas.at[stat, col])]
+                rows.append(row)
+            lines += [
+                f"### {_mode_label(mode)} ({proto})",
+                "",
+                md_table(rows, headers, ["left"] + ["right"] * (len(headers) - 1)),
+                "",
+                f"<sub>{convention_note(mode)}{_coverage_note(df, mode, proto)}</sub>",
+                "",
+            ]
+    return "\n".join(lines).rstrip() + "\n"
+
+
+_GROUP_ORDER = {"failed": 0, "measured": 1, "missing": 3, "not_run": 4}
+
+
+def _per_task_order(df) -> pd.DataFrame:
+    d = df.copy()
+    cls = d["status"].map(status_class)
+    group = cls.map(_GROUP_ORDER).astype(int)
+    # measured but not comparable (no published score) after the comparable ones
+    group = group.where(~((cls == "measured") & d["ratio"].isna()), 2)
+    d["_g"] = group
+    # failures: largest published claim first; measured: largest |log ratio| first
+    dis = np.abs(np.log(d["ratio"].astype(float)))
+    d["_dis"] = -dis.where(group != 0, d["published"].astype(float)).fillna(0.0)
+    d["_m"] = d["mode"].map(_mode_key)
+    return d.sort_values(["_g", "_dis", "level", "task", "_m"], kind="stable")
+
+
+def render_per_task_markdown(df) -> str:
+    """Every task x mode (per protocol): published, measured, ratio, status, flags.
+
+    Order: failures first (largest published score first), then measured tasks by
+    decreasing |log(measured/published)|,
+    then measured without a published score, missing results, and not-run tasks
+    (e.g. ``no_code``, listed with their published scores).
+    """
+    lines = ["# Per-task results", ""]
+    if df.empty:
+        return "\n".join(lines + ["No results.", ""])
+    lines += [
+        "Ratio = measured / published. Order: failures first (largest published score first), then the "
+        "largest disagreements (|log ratio|), then measured tasks without a published score, missing "
+        "results and tasks not run (e.g. `no_code`, with their published score). "
+        "Check = status of the correctness check; Flags = warnings of the check and timing stages.",
+        "",
+    ]
+    headers = [
+        "Task",
+        "Mode",
+        "Published",
+        "Measured",
+        "± std",
+        "Ratio",
+        "Status",
+        "Check",
+        "Flags",
+        "Reason",
+    ]
+    align = ["left", "left", "right", "right", "right", "right", "left", "left", "left", "left"]
+    for proto in _protocols(df):
+        sel = _per_task_order(df[df["protocol"] == proto])
+        rows = [
+            [
+                r.tid,
+                _mode_label(r.mode),
+                fmt(r.published),
+                fmt(r.measured),
+                fmt(r.std),
+                fmt(r.ratio),
+                md_escape(r.status),
+                md_escape(r.check_status),
+                md_escape(r.flags, 80),
+                md_escape(r.reason),
+            ]
+            for r in sel.itertuples()
+        ]
+        lines += [f"## Protocol: {proto} ({len(rows)} rows)", "", md_table(rows, headers, align), ""]
+    lines += protocol_comparison_lines(df)
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def protocol_comparison_lines(df) -> list[str]:
+    """Paper next to strict, task by task (only when both protocols were run).
+
+    Rows with a flag or a strict/paper ratio outside [0.8, 1.25] come first.
+    """
+    if not {"paper", "strict"} <= set(df["protocol"]):
+        return []
+    key = ["tid", "mode"]
+    paper = df[df["protocol"] == "paper"].set_index(key)
+    strict = df[df["protocol"] == "strict"].set_index(key)
+    both = pd.merge(paper, strict, left_index=True, right_index=True, how="outer", suffixes=("_paper", "_strict"))
+    both["strict_over_paper"] = both["measured_strict"] / both["measured_paper"]
+    flags = both[["flags_paper", "flags_strict"]].fillna("").astype(str)
+    both["all_flags"] = [
+        ";".join(sorted({f for part in row for f in part.split(";") if f})) for row in flags.itertuples(index=False)
+    ]
+    off = (both["strict_over_paper"] - 1).abs().fillna(0) > 0.2
+    both["_order"] = ~((both["all_flags"] != "") | off)
+    both = both.sort_values(["_order", "strict_over_paper"], na_position="last")
+    rows = [
+        [
+            tid,
+            _mode_label(mode),
+            fmt(r.published_paper),
+            fmt(r.measured_paper),
+            fmt(r.measured_strict),
+            f"[{fmt(r.ci95_lo_strict)}, {fmt(r.ci95_hi_strict)}]" if r.ci95_lo_strict == r.ci95_lo_strict else "–",
+            fmt(r.strict_over_paper),
+            md_escape(r.status_strict),
+            md_escape(r.all_flags, 80),
+        ]
+        for (tid, mode), r in both.iterrows()
+    ]
+    headers = ["Task", "Mode", "Published", "Paper", "Strict (median)", "Strict 95% CI", "Strict / paper"]
+    headers += ["Strict status", "Flags"]
+    return [
+        f"## Paper vs strict protocol ({len(rows)} rows)",
+        "",
+        "Flagged tasks and those whose strict score differs from the paper score by more than 20 % come first.",
+        "",
+        md_table(rows, headers, ["left", "left", "right", "right", "right", "left", "right", "left", "left"]),
+        "",
+    ]
