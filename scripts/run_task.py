@@ -28,12 +28,17 @@ def code_fingerprint() -> dict:
     import l1bench
 
     package = Path(l1bench.__file__).parent
-    names = ("worker.py", "snippet.py", "strict.py", "detectors.py", "gpulock.py", "hostclock.py")
-    return {
-        n: hashlib.sha256((package / n).read_bytes()).hexdigest()[:12]
-        for n in names
-        if (package / n).exists()
-    }
+    names = ("worker/", "snippet.py", "strict.py", "detectors.py", "gpulock.py", "hostclock.py")
+
+    def digest(path: Path) -> str:
+        if path.is_dir():  # a package (the worker): its modules in name order
+            h = hashlib.sha256()
+            for module in sorted(path.glob("*.py")):
+                h.update(module.name.encode() + b"\0" + module.read_bytes())
+            return h.hexdigest()[:12]
+        return hashlib.sha256(path.read_bytes()).hexdigest()[:12]
+
+    return {n: digest(package / n) for n in names if (package / n).exists()}
 
 
 def results_root(smk) -> Path:

@@ -9,6 +9,7 @@ import time
 import pytest
 
 from l1bench import gpulock, hostclock, worker
+from l1bench.worker import harness
 
 
 def delta(wall_us, run_us, wait_us, nvcsw=0, nivcsw=0):
@@ -345,7 +346,7 @@ def test_gpu_locks_are_named_after_the_physical_gpu(tmp_path):
 
 
 class ScriptedCalls:
-    """worker.time_call replaced: call k (from 1) takes ``ms.get(k, 1.0)`` ms, and its launch
+    """harness.time_call replaced: call k (from 1) takes ``ms.get(k, 1.0)`` ms, and its launch
     took ``launch_ms.get(k, 0.03)`` ms on the host."""
 
     def __init__(self, ms, launch_ms=None):
@@ -366,7 +367,7 @@ def first_pair_run(monkeypatch, ms, launch_ms=None, n=5):
     monkeypatch.delenv(worker.RETIME_ENV, raising=False)
     calls, resets = [], []
     scripted = ScriptedCalls(ms, launch_ms)
-    monkeypatch.setattr(worker, "time_call", scripted)
+    monkeypatch.setattr(harness, "time_call", scripted)  # where timed_pairs looks it up
     ledger = hostclock.Ledger()
     ref, cus = worker.timed_pairs(
         lambda *x: calls.append("ref"), lambda *x: calls.append("custom"), lambda: (), n,

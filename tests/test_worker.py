@@ -160,11 +160,14 @@ def test_correctness_trials_as_the_harness():
     assert not compare_outputs(torch.zeros(2), torch.zeros(3), 0.01, 0.01)[0]
 
 
-def _fake_cuda(monkeypatch, worker):
-    """A CUDA 'device' on the CPU: moves are no-ops, CUDA initialisation is a flag."""
+def _fake_cuda(monkeypatch):
+    """A CUDA 'device' on the CPU: moves are no-ops, CUDA initialisation is a flag (replaced in
+    the module whose CustomBuilder looks them up)."""
+    from l1bench.worker import harness
+
     state = {"init": False}
-    monkeypatch.setattr(worker, "cuda_initialized", lambda: state["init"])
-    monkeypatch.setattr(worker, "move", lambda model, device: model)
+    monkeypatch.setattr(harness, "cuda_initialized", lambda: state["init"])
+    monkeypatch.setattr(harness, "move", lambda model, device: model)
     return state
 
 
@@ -173,7 +176,7 @@ def test_custom_builder_constructs_cpu_only_models_outside_the_lock(monkeypatch)
 
     from l1bench import worker
 
-    state = _fake_cuda(monkeypatch, worker)
+    state = _fake_cuda(monkeypatch)
     made = []
 
     class CpuOnly(torch.nn.Module):
@@ -201,7 +204,7 @@ def test_custom_builder_keeps_gpu_init_inside_the_lock(monkeypatch):
 
     from l1bench import worker
 
-    state = _fake_cuda(monkeypatch, worker)
+    state = _fake_cuda(monkeypatch)
 
     class TouchesCuda(torch.nn.Module):
         def __init__(self):
@@ -444,6 +447,7 @@ def test_failed_extension_builds_are_not_retried(monkeypatch):
     from torch.utils import cpp_extension
 
     from l1bench import worker
+    from l1bench.worker import torch_hooks
 
     calls = []
 
@@ -457,8 +461,8 @@ def test_failed_extension_builds_are_not_retried(monkeypatch):
 
     monkeypatch.setattr(cpp_extension, "load_inline", failing_build)
     monkeypatch.setattr(cpp_extension, "load", ok_build)
-    monkeypatch.setattr(worker, "_FAILED_BUILDS", {})
-    monkeypatch.setattr(worker, "_FAILED_BUILD_NAMES", {})
+    monkeypatch.setattr(torch_hooks, "_FAILED_BUILDS", {})
+    monkeypatch.setattr(torch_hooks, "_FAILED_BUILD_NAMES", {})
     worker.remember_failed_extension_builds()
     for _ in range(3):
         with pytest.raises(RuntimeError, match="Error building"):
@@ -481,6 +485,7 @@ def test_a_build_lock_left_by_a_killed_process_is_cleared_and_loads_take_turns(t
     from torch.utils import cpp_extension
 
     from l1bench import worker
+    from l1bench.worker import torch_hooks
 
     monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path))
     (tmp_path / "ext_a").mkdir()
@@ -492,8 +497,8 @@ def test_a_build_lock_left_by_a_killed_process_is_cleared_and_loads_take_turns(t
         return "module"
 
     monkeypatch.setattr(cpp_extension, "load_inline", build)
-    monkeypatch.setattr(worker, "_FAILED_BUILDS", {})
-    monkeypatch.setattr(worker, "_FAILED_BUILD_NAMES", {})
+    monkeypatch.setattr(torch_hooks, "_FAILED_BUILDS", {})
+    monkeypatch.setattr(torch_hooks, "_FAILED_BUILD_NAMES", {})
     worker.remember_failed_extension_builds()
     assert cpp_extension.load_inline(name="ext_a", cpp_sources="int f();") == "module"
     assert seen == [("ext_a", False)]  # the stale lock was gone when torch looked
@@ -569,9 +574,10 @@ def test_a_failed_extension_build_is_flagged_on_the_result(monkeypatch):
     from torch.utils import cpp_extension
 
     from l1bench import worker
+    from l1bench.worker import torch_hooks
 
-    monkeypatch.setattr(worker, "_FAILED_BUILDS", {})
-    monkeypatch.setattr(worker, "_FAILED_BUILD_NAMES", {})
+    monkeypatch.setattr(torch_hooks, "_FAILED_BUILDS", {})
+    monkeypatch.setattr(torch_hooks, "_FAILED_BUILD_NAMES", {})
 
     def failing_build(name, cpp_sources, **kwargs):
         raise RuntimeError(
@@ -626,6 +632,7 @@ def test_a_compile_error_is_remembered_across_processes(monkeypatch, tmp_path):
     from torch.utils import cpp_extension
 
     from l1bench import worker
+    from l1bench.worker import torch_hooks
 
     calls = []
 
@@ -635,19 +642,19 @@ def test_a_compile_error_is_remembered_across_processes(monkeypatch, tmp_path):
 
     monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path))
     monkeypatch.setattr(cpp_extension, "load_inline", failing_build)
-    monkeypatch.setattr(worker, "_FAILED_BUILDS", {})
-    monkeypatch.setattr(worker, "_FAILED_BUILD_NAMES", {})
+    monkeypatch.setattr(torch_hooks, "_FAILED_BUILDS", {})
+    monkeypatch.setattr(torch_hooks, "_FAILED_BUILD_NAMES", {})
     worker.remember_failed_extension_builds()
     with pytest.raises(RuntimeError, match="not declared"):
         cpp_extension.load_inline(name="ext_1111", cpp_sources="int f();")
     assert len(list((tmp_path / "failed-builds").glob("*.txt"))) == 1
-    monkeypatch.setattr(worker, "_FAILED_BUILDS", {})  # a new process of the same task
+    monkeypatch.setattr(torch_hooks, "_FAILED_BUILDS", {})  # a new process of the same task
     with pytest.raises(RuntimeError, match="not declared"):
         cpp_extension.load_inline(name="ext_2222", cpp_sources="int f();")
     assert calls == ["ext_1111"]  # the compiler ran once
     assert worker.extension_build_failures()[0]["extension"] == "ext_2222"
     # a failure that is not a compiler error (killed, out of memory) is not kept on disk
-    monkeypatch.setattr(worker, "_FAILED_BUILDS", {})
+    monkeypatch.setattr(torch_hooks, "_FAILED_BUILDS", {})
 
     def killed(name, cpp_sources, **kwargs):
         raise RuntimeError("Error building extension 'k': ninja: build stopped: interrupted by user")

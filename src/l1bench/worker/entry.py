@@ -1,0 +1,140 @@
+"""The worker's entry point: ``python -m l1bench.worker JOB.json RESULT.json`` runs :func:`main`.
+
+:func:`run` reads the task's snippets, installs the extension-build hooks where the custom code
+builds extensions, places the job (:func:`pick_device`: CPU for the demo, else whichever visible
+GPU is free at the first section), runs the job's stage (``KINDS``) and adds what every result
+carries: ``timing_design`` (``TIMING_DESIGN``), ``snippet_sha256``, ``params``, ``provenance``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+from l1bench import gpulock, provenance
+from l1bench.io import atomic_write_text
+from l1bench.results import NoWorker, Status, no_worker_needed
+from l1bench.snippet import InfraError, SnippetError, sha256_text
+from l1bench.worker.outcome import EXIT_INFRA, NO_CODE_REASON, result
+from l1bench.worker.stages import do_build, do_check, do_time
+from l1bench.worker.torch_hooks import (
+    builds_extensions,
+    note_extension_failures,
+    release_lock_during_extension_builds,
+    remember_failed_extension_builds,
+)
+
+
+def read_snippets(task_dir: Path) -> dict:
+    meta = json.loads((task_dir / "meta.json").read_text())
+    out = {}
+    for name, info in meta.get("snippets", {}).items():
+        out[name] = (task_dir / info["file"]).read_text()
+    return meta, out
+
+
+KINDS = {"build": do_build, "check": do_check, "time": do_time}
+
+
+def pick_device(job: dict) -> str:
+    """``cpu`` for the demo; else ``cuda:0``: the GPU is placed at the job's first GPU section,
+    where it takes whichever visible GPU is free (:func:`claim_gpu`), and CUDA then starts with
+    only that GPU visible. Nothing here starts CUDA; the process keeps off every timing CPU."""
+    if job["backend"] == "cpu":
+        return "cpu"
+    ids = gpulock.visible_gpu_ids()
+    if not ids:
+        raise InfraError("no CUDA device is visible to the worker")
+    job["gpu_ids"] = ids
+    gpulock.reserve_timing_cpus(len(ids), None)  # before CUDA starts its threads
+    return "cuda:0"
+
+
+#: Version of how timed sections are kept clean, recorded on every check and time result
+#: (results without it: version 1, before the timing-isolation work).
+#: 2: kernels only inside the GPU lock (the probe bars CUDA, compile modes call compiled
+#:    models only inside sections), the device synchronised before any pause of the lock,
+#:    threads started in a section moved off the timing CPU at release, no garbage collection
+#:    in sections, the host's accounting of every timed call recorded and disturbed pairs
+#:    timed again (hostclock); results/isolation/design2.
+#: 2 (second iteration, recorded as 2: worker.py sha256 prefix in ``workflow_code`` tells them
+#:    apart): also every call into the GPU's resource manager inside the lock (CUDA started in
+#:    the first section, clocks by in-process NVML inside sections, no nvidia-smi or driver
+#:    start outside) and workers exiting with the lock held; results/isolation/{c1,c2}.
+#: 3: the driver's threads moved off the timing CPU as soon as CUDA has started; workers exit
+#:    without the lock again (scripts/bench_handover.py: the tear-down did not delay the next
+#:    holder's first allocation less with it held).
+#: 4: a trial's first pair (it allocates: the allocator is emptied between trials) that stalled
+#:    in the driver, or was disturbed, is timed again after emptying the allocator again and one
+#:    warm-up call (worker.first_pair_slowed_in_driver, renew_allocator); before, a disturbed
+#:    first pair was replaced by a pair that did not allocate.
+TIMING_DESIGN = 4
+
+
+def _system_isolation():
+    text = os.environ.get(gpulock.ISOLATED_ENV)
+    try:
+        return json.loads(text) if text else None
+    except ValueError:
+        return None
+
+
+def run(job: dict) -> dict:
+    t0 = time.time()
+    started = provenance.now_iso()
+    if job.get("ext_dir"):
+        Path(job["ext_dir"]).mkdir(parents=True, exist_ok=True)
+        os.environ["TORCH_EXTENSIONS_DIR"] = str(Path(job["ext_dir"]).resolve())
+    task_dir = Path(job["task_dir"])
+    meta, snippets = read_snippets(task_dir)
+    if builds_extensions(snippets.get("custom", "")):
+        remember_failed_extension_builds()
+        release_lock_during_extension_builds()
+    if job["kind"] == "build":
+        job["device"] = "cpu"
+        if job["backend"] != "cpu":  # builds (nvcc) keep clear of the timing CPUs
+            gpulock.reserve_timing_cpus(gpulock.visible_gpu_count(), None)
+    else:
+        job["device"] = pick_device(job)
+    try:
+        if no_worker_needed(job["kind"], has_code="custom" in snippets) is NoWorker.NO_CODE:
+            res = result(job, Status.NO_CODE, NO_CODE_REASON)
+        else:
+            res = KINDS[job["kind"]](job, meta, snippets)
+    except SnippetError as err:
+        res = result(job, err.status, err.reason)
+    note_extension_failures(res)
+    if job["kind"] in ("check", "time"):
+        res["timing_design"] = TIMING_DESIGN
+    res["snippet_sha256"] = {k: sha256_text(v) for k, v in snippets.items()}
+    res["params"] = job.get("params", {})
+    res["provenance"] = provenance.environment(job["device"]) | {
+        "started": started,
+        "finished": provenance.now_iso(),
+        "wall_s": round(time.time() - t0, 3),
+        "timing_cpu": os.environ.get(gpulock.TIMING_CPU_ENV) or None,
+        # the machine-wide isolation of the timing CPUs, when the workflow made one (root)
+        "system_isolation": _system_isolation(),
+        # "workflow": every process of the run kept off the timing CPUs; "worker": only workers
+        "timing_cpu_reserved_by": (
+            ("workflow" if os.environ.get(gpulock.RESERVED_ENV) else "worker")
+            if os.environ.get(gpulock.TIMING_CPU_ENV)
+            else None
+        ),
+    }
+    return res
+
+
+def main(argv: list[str]) -> int:
+    job_path, out_path = argv[1], argv[2]
+    job = json.loads(Path(job_path).read_text())
+    try:
+        res = run(job)
+    except InfraError as err:
+        print(f"l1bench worker: infrastructure failure: {err}", file=sys.stderr)
+        return EXIT_INFRA
+    atomic_write_text(out_path, json.dumps(res, indent=1, sort_keys=True, default=str) + "\n")
+    return 0

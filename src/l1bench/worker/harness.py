@@ -1,0 +1,411 @@
+"""The published harness's primitives (CUDA-L1 ``eval/eval_cuda.py`` at the pinned commit).
+
+Timing one call (:func:`time_call`), an outer trial's timed pairs in random order with disturbed
+and driver-stalled first pairs timed again (:func:`timed_pairs`), the laziness and correctness
+checks (:func:`lazy_problems`, :func:`compare_outputs`, :func:`correctness_trials`), the warm-ups
+(:func:`run_reference_warmup`, :func:`warm_up`, :func:`renew_allocator`), and constructing models
+on the CPU with CUDA barred (:class:`CustomBuilder`). Nothing here takes the GPU lock: callers
+run these inside a section (:mod:`l1bench.worker.sections`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import statistics
+import time
+
+from l1bench.release import BASELINE_SNIPPET
+from l1bench.results import Status
+from l1bench.snippet import build_model, flatten_outputs, make_inputs, set_seed, short
+from l1bench.worker.outcome import guarded
+
+#: Modes timed against their own baseline snippet (split names it after the mode); GPU only.
+BASELINE_MODES = tuple(BASELINE_SNIPPET)
+
+
+def synchronize(device: str) -> None:
+    if device.startswith("cuda"):
+        import torch
+
+        torch.cuda.synchronize(device)
+
+
+def find_model_streams(model) -> list:
+    """CUDA streams held as attributes of a model (as the published harness looks for them)."""
+    import torch
+
+    streams = []
+    for name in dir(model):
+        try:
+            val = getattr(model, name)
+        except Exception:  # noqa: BLE001 - properties of untrusted models may raise anything
+            continue
+        vals = val if isinstance(val, (list, tuple)) else val.values() if isinstance(val, dict) else [val]
+        streams.extend(v for v in vals if isinstance(v, torch.cuda.Stream))
+    return streams
+
+
+def time_call(fn, inputs, device: str, wait_streams=(), clock=None) -> tuple[float, object]:
+    """(milliseconds of one call, what the host did while launching it).
+
+    CUDA events on the current stream (a host timer on CPU). With a
+    :class:`~l1bench.hostclock.ThreadClock` the launching thread's accounting is sampled just
+    before the start event and just after the end event is enqueued: the host part of the
+    timed window (what happens after that cannot lengthen the events). Else the second item is
+    None.
+    """
+    before = clock.sample() if clock is not None else None
+    if device.startswith("cuda"):
+        import torch
+
+        stream = torch.cuda.current_stream(device)
+        start = torch.cuda.Event(enable_timing=True)
+        end = torch.cuda.Event(enable_timing=True)
+        start.record(stream)
+        fn(*inputs)
+        for s in wait_streams:
+            stream.wait_stream(s)
+        end.record(stream)
+        launch = clock.delta(before, clock.sample()) if clock is not None else None
+        torch.cuda.synchronize(device)
+        return start.elapsed_time(end), launch
+    t0 = time.perf_counter()
+    fn(*inputs)
+    ms = (time.perf_counter() - t0) * 1e3
+    return ms, clock.delta(before, clock.sample()) if clock is not None else None
+
+
+#: Environment switch: time a pair again when the host kept its launching thread from running
+#: (``hostclock``), up to ``inner_trials`` extra pairs per outer trial ("0": keep every pair).
+RETIME_ENV = "L1BENCH_RETIME_DISTURBED"
+
+
+def retime_budget(n: int) -> int:
+    """Extra pairs an outer trial of ``n`` pairs may time to replace disturbed ones."""
+    return n if os.environ.get(RETIME_ENV, "1") != "0" else 0
+
+
+def timed_pairs(base, custom, make_inputs_fn, n: int, rng, device: str, streams, ledger, trial: int, clock,
+                reset=None):
+    """The harness's ``n`` timed (reference, custom) pairs of one outer trial, in random order,
+    on fresh inputs: (reference ms, custom ms).
+
+    A pair during whose launch the host kept the timing thread from running (preempted,
+    stolen: :meth:`hostclock.Delta.disturbed`) measured the host, not the code: it is recorded
+    in ``ledger`` and timed again on fresh inputs, up to :func:`retime_budget` times per trial.
+
+    The first pair of a trial is special: the allocator was emptied before the trial, so its
+    calls allocate device memory, a call into the driver that waits for other processes' calls
+    into it (their CUDA start, frees, exits). A first pair that stalled while launching
+    (:func:`first_pair_slowed_in_driver`) is timed again after ``reset`` (empty the allocator,
+    one warm-up call: the state the harness's first pair has), and so is a disturbed first pair.
+    Without disturbances the calls and the random draws are exactly the harness's.
+    """
+    ref_ms: list = []
+    cus_ms: list = []
+    budget, pair = retime_budget(n), 0
+    first: dict = {}
+    while len(ref_ms) < n:
+        if not ref_ms and pair > 0 and reset is not None:
+            reset()  # the first pair again, in the first pair's state
+        got, launches = _time_pair(base, custom, make_inputs_fn, rng, device, streams, clock)
+        disturbed = False
+        for who in got:
+            disturbed = ledger.record(launches[who], trial, pair, who, got[who]) or disturbed
+        if disturbed and budget > 0:
+            budget -= 1
+            ledger.mark_retimed(trial, pair)
+        else:
+            if not ref_ms:
+                first = {"pair": pair, "launches": launches}
+            ref_ms.append(got["ref"])
+            cus_ms.append(got["custom"])
+        pair += 1
+    if reset is not None and budget > 0 and first and first_pair_slowed_in_driver(
+        ref_ms, cus_ms, first["launches"]
+    ):
+        ledger.mark_retimed(trial, first["pair"])
+        reset()
+        got, launches = _time_pair(base, custom, make_inputs_fn, rng, device, streams, clock)
+        for who in got:
+            ledger.record(launches[who], trial, pair, who, got[who])
+        ref_ms[0], cus_ms[0] = got["ref"], got["custom"]
+    return ref_ms, cus_ms
+
+
+def _time_pair(base, custom, make_inputs_fn, rng, device: str, streams, clock) -> tuple[dict, dict]:
+    """One timed (reference, custom) pair in the harness's random order, on fresh inputs:
+    ({side: ms}, {side: launch Delta})."""
+    inputs = make_inputs_fn()
+    order = ("ref", "custom") if rng.random() < 0.5 else ("custom", "ref")
+    got, launches = {}, {}
+    for who in order:
+        if who == "ref":
+            got[who], launches[who] = time_call(base, inputs, device, (), clock)
+        else:
+            with guarded("timed call", Status.RUNTIME_ERROR):
+                got[who], launches[who] = time_call(custom, inputs, device, streams, clock)
+    del inputs
+    return got, launches
+
+
+def first_pair_slowed_in_driver(ref_ms: list, cus_ms: list, launches: dict) -> bool:
+    """Whether a call of the trial's first pair stalled (:func:`l1bench.stalls.stalled` against
+    the median of the trial's other pairs on its side) while its launch, on the host, took at
+    least half of the extra time: it waited in the driver (allocating), not on the GPU. A first
+    call that is slower because it allocates, but not stalled, is the harness's measurement and
+    is kept."""
+    from l1bench.stalls import stalled
+
+    if len(ref_ms) < 3:
+        return False
+    for who, values in (("ref", ref_ms), ("custom", cus_ms)):
+        median = statistics.median(values[1:])
+        launch = launches.get(who)
+        if launch is None or not stalled([values[0]], median)[0]:
+            continue
+        if launch.wall_ns >= 0.5 * (values[0] - median) * 1e6:
+            return True
+    return False
+
+
+def lazy_problems(outputs, device: str) -> list[str]:
+    """The paper protocol's laziness check: plain tensors on the device with real storage.
+
+    Its result is the check's ``lazy`` status and reason. :func:`l1bench.detectors.check_lazy`
+    is the detectors' variant (a ``LAZY`` flag): it skips non-tensor outputs, compares devices
+    by index, accepts empty tensors without storage and words its reasons differently; the two
+    stay apart because their texts and verdicts are recorded in results."""
+    import torch
+
+    problems = []
+    many = len(outputs) > 1
+    for i, out in enumerate(outputs):
+        label = f"output[{i}]" if many else "output"
+        if not isinstance(out, torch.Tensor):
+            problems.append(f"{label} is not a tensor: {type(out).__name__}")
+            continue
+        if type(out).__name__ not in ("Tensor", "Parameter"):
+            problems.append(f"{label} is {type(out).__name__}, not a plain torch.Tensor")
+            continue
+        if out.device != torch.device(device):
+            problems.append(f"{label} on {out.device}, expected {device}")
+            continue
+        try:
+            if out.untyped_storage().size() == 0:
+                problems.append(f"{label} has no allocated storage")
+            elif out.data_ptr() == 0:
+                problems.append(f"{label} has a null data pointer")
+        except Exception as err:  # noqa: BLE001
+            problems.append(f"{label} storage not accessible: {short(err, 120)}")
+    return problems
+
+
+def compare_outputs(ref_out, cus_out, atol: float, rtol: float) -> tuple[bool, str, float]:
+    """(ok, reason, max_abs_diff) comparing two model outputs like the harness (shape + allclose).
+
+    Mixed dtypes and non-tensor outputs fail, as in the harness. :func:`l1bench.detectors.compare_outputs`
+    is the detectors' variant: it casts the custom output to the reference's dtype and device,
+    compares non-tensor outputs by equality and words its reasons differently (both are
+    recorded in results, so the two stay apart)."""
+    import torch
+
+    refs, cuss = flatten_outputs(ref_out), flatten_outputs(cus_out)
+    if len(refs) != len(cuss):
+        return False, f"{len(cuss)} outputs, expected {len(refs)}", float("nan")
+    worst = 0.0
+    for r, c in zip(refs, cuss, strict=False):
+        if not isinstance(c, torch.Tensor) or not isinstance(r, torch.Tensor):
+            return False, "output is not a tensor", float("nan")
+        if r.shape != c.shape:
+            return False, f"shape {tuple(c.shape)}, expected {tuple(r.shape)}", float("nan")
+        if r.dtype != c.dtype:  # torch.allclose, as the harness calls it, rejects mixed dtypes
+            return False, f"dtype {c.dtype}, expected {r.dtype}", float("nan")
+        diff = (r.double() - c.double()).abs()
+        worst = max(worst, float(diff.max()) if diff.numel() else 0.0)
+        if not torch.allclose(r, c, atol=atol, rtol=rtol):
+            return False, f"values differ (max abs diff {worst:.3g}, atol={atol}, rtol={rtol})", worst
+    return True, "", worst
+
+
+def construct(cls, init_inputs, seed):
+    """``cls(*init_inputs)`` under ``seed``, left where its ``__init__`` put it (the CPU for
+    plain layers), as the harness builds models before moving them."""
+    import torch
+
+    with torch.no_grad():
+        set_seed(seed)
+        return cls(*init_inputs)
+
+
+def move(model, device: str):
+    return model.to(device) if hasattr(model, "to") else model
+
+
+def cuda_initialized() -> bool:
+    import torch
+
+    return bool(torch.cuda.is_initialized())
+
+
+class CudaBarred(RuntimeError):
+    """Raised where code tries to initialise CUDA while :func:`cuda_barred` is active."""
+
+
+@contextlib.contextmanager
+def cuda_barred():
+    """Bar CUDA's (lazy) initialisation in this process for the body: every path into the GPU
+    through torch (tensor creation or moves, streams, ``current_device``) initialises CUDA
+    first, and raises :class:`CudaBarred` there instead, before any GPU work runs."""
+    import torch
+
+    real = torch.cuda._lazy_init
+
+    def barred():
+        if torch.cuda.is_initialized():
+            return real()
+        raise CudaBarred("CUDA initialisation is barred outside the GPU lock")
+
+    torch.cuda._lazy_init = barred
+    try:
+        yield
+    finally:
+        torch.cuda._lazy_init = real
+
+
+class CustomBuilder:
+    """Builds ``ModelNew`` for a seed, keeping CPU work out of the device lock when it is safe.
+
+    A custom ``__init__`` can be expensive CPU work (weight initialisation of a VGG, an
+    inline extension build that fails and is retried by every instance), or it can run GPU
+    code (streams, CUDA graphs, ``.cuda()`` tensors). :meth:`probe` constructs one instance
+    on the CPU *before this process has touched CUDA*, with CUDA's initialisation barred
+    (:func:`cuda_barred`): an ``__init__`` that reaches for the GPU stops there, before any of
+    its GPU work could run outside the lock. If it completes, ``__init__`` is CPU-only and
+    every later instance is constructed outside the lock (:meth:`prepare`) and only moved
+    inside it (:meth:`finish`), which is exactly ``ModelNew(*init_inputs).to(device)`` as the
+    harness does. Otherwise (or on the CPU backend, or if the probe raises) instances are built
+    inside the lock.
+    """
+
+    def __init__(self, cls, init_inputs, device: str):
+        self.cls, self.init_inputs, self.device = cls, init_inputs, device
+        self.cpu_safe = False
+        self.probe_note = "not probed"
+
+    def probe(self, seed: int) -> None:
+        if not self.device.startswith("cuda"):
+            self.probe_note = "cpu backend"
+            return
+        if cuda_initialized():
+            self.probe_note = "CUDA initialised before the probe: constructed inside the lock"
+            return
+        from l1bench import detectors
+
+        state = detectors.snapshot_global_state()
+        try:
+            with cuda_barred():
+                construct(self.cls, self.init_inputs, seed)
+        except CudaBarred:
+            self.probe_note = "__init__ uses CUDA: constructed inside the lock"
+            return
+        except Exception as err:  # noqa: BLE001 - not a verdict: decided inside the lock
+            if isinstance(err.__cause__ or err.__context__, CudaBarred) or CudaBarred.__name__ in str(err):
+                self.probe_note = "__init__ uses CUDA: constructed inside the lock"
+            else:
+                self.probe_note = f"CPU construction raised ({short(err, 80)}): constructed inside the lock"
+            return
+        finally:
+            # The probe is ours, not the protocol's: flags its __init__ sets (cudnn.benchmark,
+            # TF32) must not reach the reference's warm-up or torch.compile before the
+            # protocol constructs ModelNew itself.
+            detectors.restore_global_state(state)
+        if cuda_initialized():
+            self.probe_note = "__init__ initialises CUDA: constructed inside the lock"
+            return
+        self.cpu_safe = True
+        self.probe_note = "__init__ is CPU-only: constructed outside the lock"
+
+    def prepare(self, seed: int, init_inputs=None):
+        """Outside the lock: the CPU-constructed instance, or None when it must be built inside."""
+        if not self.cpu_safe:
+            return None
+        with guarded("constructing ModelNew", Status.RUNTIME_ERROR):
+            return construct(self.cls, self.init_inputs if init_inputs is None else init_inputs, seed)
+
+    def finish(self, prepared, seed: int, init_inputs=None):
+        """Inside the lock: the instance on the device (moved, or constructed and moved)."""
+        import torch
+
+        with guarded("constructing ModelNew", Status.RUNTIME_ERROR), torch.no_grad():
+            if prepared is not None:
+                return move(prepared, self.device)
+            args = self.init_inputs if init_inputs is None else init_inputs
+            return build_model(self.cls, args, seed, self.device)
+
+
+def run_reference_warmup(model_cpu, get_inputs, device: str, p: dict) -> None:
+    """The harness first runs a fresh reference once in the process (its ``warmup_src``).
+
+    Besides warming caches this initialises cuBLAS/cuDNN handles, without which a
+    baseline that captures a CUDA graph on its first call fails the capture.
+    """
+    import torch
+
+    with torch.no_grad(), guarded("the reference's warm-up run", Status.BASELINE_ERROR):
+        model = move(model_cpu, device)
+        model(*make_inputs(get_inputs, device, p["inputs_on_device"]))
+        synchronize(device)
+    del model
+
+
+def renew_allocator(base, custom, warm_inputs, device: str) -> None:
+    """The state before a trial's first timed pair, again: the allocator emptied (as at the
+    start of the section) and one warm-up call of both models."""
+    import torch
+
+    synchronize(device)
+    if device.startswith("cuda"):
+        torch.cuda.empty_cache()
+    warm_up(base, custom, warm_inputs, 1, device)
+
+
+def warm_up(base, custom, inputs, n: int, device: str) -> None:
+    """The harness's warm-up: ``n`` calls of both models on one input set, synchronised."""
+    with guarded("warm-up", Status.RUNTIME_ERROR):
+        for _ in range(n):
+            base(*inputs)
+            custom(*inputs)
+            synchronize(device)
+
+
+def correctness_trials(original, custom, get_inputs, device: str, p: dict) -> tuple:
+    """The harness's correctness check: (ok, reason, trials passed, max abs diff).
+
+    Trial seeds are drawn from ``torch.manual_seed(seed)`` as the harness draws them; each
+    trial seeds, draws inputs, runs both models in eval mode and compares shape and
+    ``allclose(atol, rtol)``.
+    """
+    import torch
+
+    torch.manual_seed(p["seed"])
+    seeds = [int(torch.randint(0, 2**32 - 1, (1,)).item()) for _ in range(p["correctness_trials"])]
+    worst = 0.0
+    for i, ts in enumerate(seeds):
+        set_seed(ts)
+        inputs = make_inputs(get_inputs, device, p["inputs_on_device"])
+        set_seed(ts)
+        original.eval()
+        ref_out = original(*inputs)
+        synchronize(device)
+        set_seed(ts)
+        with guarded(f"correctness trial {i + 1}", Status.RUNTIME_ERROR):
+            custom.eval()
+            cus_out = custom(*inputs)
+            synchronize(device)
+        ok, why, diff = compare_outputs(ref_out, cus_out, p["atol"], p["rtol"])
+        worst = max(worst, diff) if diff == diff else worst
+        if not ok:
+            return False, f"trial {i + 1}: {why}", i, worst
+    return True, "", len(seeds), worst

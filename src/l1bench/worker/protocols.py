@@ -1,0 +1,235 @@
+"""The timing protocols: one interface, two implementations.
+
+:func:`l1bench.worker.stages.do_time` prepares a time job once for both protocols (the snippets
+loaded, ``ModelNew`` probed, the compile mode's first call made) and hands a
+:class:`TimingSetup` to the protocol of ``job["protocol"]`` (:func:`protocol_for`), whose
+:meth:`TimingProtocol.time` runs the timed GPU sections and returns the time result:
+
+* :class:`PaperProtocol`: the published harness's measurement: a baseline mode's correctness
+  against its own baseline, then ``outer_trials`` × ``inner_trials`` timed pairs in random order
+  (:func:`l1bench.worker.harness.timed_pairs`: disturbed pairs and a first pair stalled in the
+  driver timed again), stopping early below ``early_stop_below``; score = mean over outer
+  trials of mean(ref ms)/mean(custom ms).
+* :class:`StrictProtocol`: one section timed by :func:`l1bench.strict.time_strict`; score = its
+  median speedup.
+"""
+
+from __future__ import annotations
+
+import random
+import statistics
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from l1bench import gpulock, hostclock
+from l1bench.results import Status
+from l1bench.snippet import make_inputs
+from l1bench.worker.harness import (
+    BASELINE_MODES,
+    CustomBuilder,
+    correctness_trials,
+    find_model_streams,
+    renew_allocator,
+    timed_pairs,
+    warm_up,
+)
+from l1bench.worker.outcome import guarded, result
+from l1bench.worker.sections import phase
+from l1bench.worker.torch_hooks import _COMPILED_GRAPHS, COMPILE_MODES
+
+
+@dataclass(frozen=True)
+class TimingSetup:
+    """What :func:`~l1bench.worker.stages.do_time` prepared for a protocol.
+
+    ``stats`` (phases, the probe's note, ``precompile_s``) is the job's, filled on by the
+    protocol and returned in its result. The callables are do_time's:
+
+    * ``baseline_on_cpu(seed)``: (the baseline constructed under ``seed`` on the CPU, init inputs);
+    * ``on_device(base_cpu, custom_cpu, seed, init_inputs)``: inside a section, (baseline moved
+      and wrapped for the mode, ``ModelNew`` moved or constructed);
+    * ``gpu_section()``: a GPU section (:func:`l1bench.worker.sections.exclusive`); the job's
+      first one also runs the harness's reference warm-up;
+    * ``read_clocks("before" | "after")``: SM/memory clocks into ``clocks``, inside a section.
+    """
+
+    job: dict
+    mode: str
+    device: str
+    p: dict
+    stats: dict
+    builder: CustomBuilder
+    get_inputs: Callable
+    on_dev: bool
+    rng: random.Random
+    wait_for_streams: bool
+    baseline_on_cpu: Callable
+    on_device: Callable
+    gpu_section: Callable
+    clocks: dict
+    read_clocks: Callable
+
+
+class TimingProtocol(ABC):
+    """One way to time a prepared task."""
+
+    #: The value of ``job["protocol"]`` that selects it.
+    name: str
+
+    @abstractmethod
+    def time(self, setup: TimingSetup) -> dict:
+        """Run the timed GPU sections (through ``setup.gpu_section()``) and return the time
+        result (:func:`l1bench.worker.outcome.result`)."""
+
+
+class PaperProtocol(TimingProtocol):
+    """The published harness's protocol (CUDA-L1 ``eval/eval_cuda.py`` at the pinned commit).
+
+    A mode with its own baseline snippet (``BASELINE_MODES``) is first checked against that
+    baseline. Then per outer trial (seed + trial), in one GPU section: both models placed, the
+    harness's warm-up calls, ``inner_trials`` timed pairs (:func:`timed_pairs`, with the
+    allocator renewed before a first pair that is timed again); the trials stop early when one
+    scores below ``early_stop_below``.
+    """
+
+    name = "paper"
+
+    def time(self, setup: TimingSetup) -> dict:
+        job, mode, device, p, stats = setup.job, setup.mode, setup.device, setup.p, setup.stats
+        builder, get_inputs, on_dev = setup.builder, setup.get_inputs, setup.on_dev
+        rng, wait_for_streams = setup.rng, setup.wait_for_streams
+        baseline_on_cpu, on_device, gpu_section = setup.baseline_on_cpu, setup.on_device, setup.gpu_section
+        read_clocks, clocks = setup.read_clocks, setup.clocks
+
+        if mode in BASELINE_MODES:
+            # The harness checks the custom model against this mode's baseline, not the reference.
+            base_cpu, init_inputs = baseline_on_cpu(p["seed"])
+            custom_cpu = builder.prepare(p["seed"], init_inputs)
+            with gpu_section(), phase(stats, "baseline correctness"):
+                base, custom = on_device(base_cpu, custom_cpu, p["seed"], init_inputs)
+                with guarded(f"correctness against the {mode} baseline", Status.BASELINE_ERROR):
+                    ok, why, _, _ = correctness_trials(base, custom, get_inputs, device, p)
+                del base, custom, base_cpu, custom_cpu
+            if not ok:
+                return result(job, Status.INCORRECT, f"against the {mode} baseline: {why}", **stats)
+
+        def placed(base_cpu, custom_cpu, seed, init_inputs):
+            """Inside the lock: both models on the device, the custom model's streams, and the
+            warm-up inputs."""
+            with phase(stats, "models to device"):
+                base, custom = on_device(base_cpu, custom_cpu, seed, init_inputs)
+                streams = find_model_streams(custom) if wait_for_streams else []
+            return base, custom, streams, make_inputs(get_inputs, device, on_dev)
+
+        timings: dict = {"ref_ms": [], "custom_ms": [], "trial_scores": []}
+        clock, ledger = hostclock.ThreadClock(), hostclock.Ledger()
+        for outer in range(p["outer_trials"]):
+            seed = p["seed"] + outer
+            base_cpu, init_inputs = baseline_on_cpu(seed)
+            custom_cpu = builder.prepare(seed, init_inputs)
+            with gpu_section():
+                read_clocks("before")
+                base, custom, streams, warm_inputs = placed(base_cpu, custom_cpu, seed, init_inputs)
+                with phase(stats, "warm-up calls"):
+                    warm_up(base, custom, warm_inputs, p["warmup"], device)
+                with phase(stats, "timed pairs"), gpulock.DeviceLock.no_pause():
+                    ref_ms, cus_ms = timed_pairs(
+                        base,
+                        custom,
+                        lambda: make_inputs(get_inputs, device, on_dev),
+                        p["inner_trials"],
+                        rng,
+                        device,
+                        streams,
+                        ledger,
+                        outer,
+                        clock,
+                        # called inside timed_pairs, in this iteration (deleted below once it returns)
+                        reset=lambda: renew_allocator(base, custom, warm_inputs, device),  # noqa: B023, F821
+                    )
+                read_clocks("after")
+                del base, custom, base_cpu, custom_cpu, warm_inputs
+            trial_score = statistics.fmean(ref_ms) / statistics.fmean(cus_ms)
+            timings["ref_ms"].append([round(v, 5) for v in ref_ms])
+            timings["custom_ms"].append([round(v, 5) for v in cus_ms])
+            timings["trial_scores"].append(trial_score)
+            if p.get("early_stop_below") is not None and trial_score < p["early_stop_below"]:
+                break
+        clock.close()
+        if mode in COMPILE_MODES:
+            stats["compiled_graphs"] = _COMPILED_GRAPHS[0]
+        scores = timings["trial_scores"]
+        stopped = len(scores) < p["outer_trials"]
+        return result(
+            job,
+            Status.OK,
+            f"stopped after {len(scores)} outer trials (score < {p['early_stop_below']})" if stopped else "",
+            score=statistics.fmean(scores),
+            score_std=statistics.pstdev(scores) if len(scores) > 1 else 0.0,
+            n_timings=sum(len(r) for r in timings["ref_ms"]),
+            ref_ms_mean=statistics.fmean(v for r in timings["ref_ms"] for v in r),
+            custom_ms_mean=statistics.fmean(v for r in timings["custom_ms"] for v in r),
+            clocks_before=clocks["before"],
+            clocks_after=clocks["after"],
+            host_timing=ledger.summary(),
+            **timings,
+            **stats,
+        )
+
+
+class StrictProtocol(TimingProtocol):
+    """The strict protocol: one GPU section (models placed, warm-up calls, then
+    :func:`l1bench.strict.time_strict` with the global state snapshotted before ``ModelNew``
+    was constructed); score = its median speedup, its flags the result's."""
+
+    name = "strict"
+
+    def time(self, setup: TimingSetup) -> dict:
+        job, device, p, stats = setup.job, setup.device, setup.p, setup.stats
+        builder, get_inputs, on_dev = setup.builder, setup.get_inputs, setup.on_dev
+        baseline_on_cpu, on_device, gpu_section = setup.baseline_on_cpu, setup.on_device, setup.gpu_section
+        read_clocks, clocks = setup.read_clocks, setup.clocks
+        import torch
+
+        from l1bench import detectors, strict
+
+        # Snapshot before ModelNew is constructed: strict timing restores this state before
+        # every reference call, so flags a custom __init__ sets cannot change the reference.
+        global_state = detectors.snapshot_global_state()
+        base_cpu, init_inputs = baseline_on_cpu(p["seed"])
+        custom_cpu = builder.prepare(p["seed"], init_inputs)
+        with gpu_section(), phase(stats, "strict"):
+            read_clocks("before")
+            base, custom = on_device(base_cpu, custom_cpu, p["seed"], init_inputs)
+            warm_up(base, custom, make_inputs(get_inputs, device, on_dev), p["warmup"], device)
+            with guarded("strict timing", Status.RUNTIME_ERROR), gpulock.DeviceLock.no_pause():
+                st = strict.time_strict(
+                    base,
+                    custom,
+                    lambda: make_inputs(get_inputs, device, on_dev),
+                    torch.device(device),
+                    job["strict"],
+                    global_state=global_state,
+                )
+            read_clocks("after")
+        return result(
+            job,
+            Status.OK,
+            "",
+            score=st["speedup_median"],
+            strict=st,
+            flags=st.get("flags", []),
+            n_timings=st.get("n", 0),
+            clocks_before=clocks["before"],
+            clocks_after=clocks["after"],
+            **stats,
+        )
+
+
+PAPER, STRICT = PaperProtocol(), StrictProtocol()
+
+
+def protocol_for(name: str) -> TimingProtocol:
+    """The protocol of ``job["protocol"]``: strict for ``"strict"``, else the paper protocol."""
+    return STRICT if name == STRICT.name else PAPER

@@ -1,0 +1,124 @@
+"""GPU sections: everything about holding the GPU lock.
+
+:func:`exclusive` is a section (the device lock under ``no_grad``, no garbage collection, the
+device synchronised and its cached memory handed back before release); the job's first section
+places it on whichever visible GPU is free (:func:`claim_gpu`) and starts CUDA there
+(:func:`open_device`). :func:`phase` records the wall time of a step in ``stats["phases"]``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import os
+import time
+
+from l1bench import gpulock
+from l1bench.snippet import InfraError, short
+
+
+@contextlib.contextmanager
+def phase(stats: dict, name: str):
+    """Accumulate the wall time of a step into ``stats["phases"][name]`` (seconds)."""
+    t0 = time.perf_counter()
+    try:
+        yield
+    finally:
+        phases = stats.setdefault("phases", {})
+        phases[name] = round(phases.get(name, 0.0) + time.perf_counter() - t0, 4)
+
+
+def open_device(device: str, stats: dict) -> None:
+    """Start CUDA on ``device``, inside the GPU lock: the driver (cuInit), the context and the
+    cuBLAS handle. They run no kernel, but they are calls into the GPU's resource manager,
+    which serialises every process's calls: made outside the lock, they delayed the device
+    allocations in other jobs' timed calls (the first timed pair of an outer trial allocates
+    its outputs). Inside the lock the thread runs on the timing CPU: ~0.1 s. A no-op once
+    CUDA is running."""
+    import torch
+
+    if not device.startswith("cuda") or "cuda_started" in stats:
+        return
+    if torch.cuda.is_initialized():  # by the snippets' own code (at import, in __init__)
+        stats["cuda_started"] = "before the first GPU section"
+        return
+    stats["cuda_started"] = "inside the GPU lock"
+    with phase(stats, "cuda_init (locked)"):
+        index = int(device.split(":")[1]) if ":" in device else 0
+        try:
+            torch.cuda.set_device(index)
+            torch.empty(1, device=device)
+        except Exception as err:  # no usable device: the run broke, not the task
+            raise InfraError(f"CUDA could not start on {device}: {short(err, 200)}") from err
+        try:
+            torch.cuda.current_blas_handle()
+        except Exception:  # noqa: BLE001 - only a warm-up
+            pass
+        # the driver's threads, started from this (pinned) thread, leave the timing CPU now:
+        # they would otherwise compete with it through the section's timed calls
+        lock = gpulock.DeviceLock.current
+        stats["driver_threads_moved"] = lock.move_other_threads_off() if lock is not None else 0
+
+
+def claim_gpu(job: dict, stats: dict, before_pause):
+    """The job's first GPU section: the lock of whichever visible GPU is free first, held.
+
+    CUDA then starts with only that GPU visible (``CUDA_VISIBLE_DEVICES``), so ``cuda:0`` is it
+    and no context is made on the others. Where CUDA already runs (a snippet started it at
+    import), every GPU is visible and ``cuda:0`` is the first one: that one is taken.
+    """
+    import torch
+
+    ids = job.get("gpu_ids") or ["0"]
+    order = [0] if torch.cuda.is_initialized() else list(range(len(ids)))
+    i, lock = gpulock.claim_free_device(
+        [f"cuda:{ids[k]}" for k in order],
+        job.get("lock_dir"),
+        stats,
+        before_pause,
+        [gpulock.timing_cpu_of(k) for k in order],
+    )
+    index = order[i]
+    job["lock_device"] = lock.device
+    stats["gpu_id"] = ids[index]
+    if not torch.cuda.is_initialized() and len(ids) > 1:
+        os.environ["CUDA_VISIBLE_DEVICES"] = ids[index]
+    return lock
+
+
+@contextlib.contextmanager
+def exclusive(device: str, job: dict, stats: dict):
+    """The device lock, under no_grad; the device is synchronised and cached device memory
+    handed back before release.
+
+    Kernels are launched asynchronously: without the synchronisation, work launched at the end
+    of a section (a warm-up, eager code before a recompilation) could still be running when
+    the next job's timed calls start; for the same reason the device is synchronised before the
+    lock is paused for CPU work inside a section (a compile, an extension build). Up to one
+    worker per core waits for the lock at once: memory a waiting worker's caching allocator
+    still holds from its last section is memory the lock holder cannot have.
+    """
+    import torch
+
+    sync = (lambda: torch.cuda.synchronize(device)) if device.startswith("cuda") else None
+    with contextlib.ExitStack() as held:
+        if device.startswith("cuda") and "lock_device" not in job:
+            held.push(claim_gpu(job, stats, sync).__exit__)  # placed: any free GPU
+        else:
+            held.enter_context(gpulock.device_lock(job.get("lock_device", device), job.get("lock_dir"), stats, sync))
+        held.enter_context(torch.no_grad())
+        open_device(device, stats)
+        # No garbage collection inside a section: a full collection over torch's own objects
+        # (milliseconds) would otherwise land in a timed call now and then.
+        collecting = gc.isenabled()
+        gc.disable()
+        try:
+            yield
+        finally:
+            if collecting:
+                gc.enable()
+            if device.startswith("cuda"):
+                try:
+                    torch.cuda.synchronize(device)
+                finally:
+                    torch.cuda.empty_cache()
