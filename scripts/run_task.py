@@ -28,7 +28,14 @@ def code_fingerprint() -> dict:
     import l1bench
 
     package = Path(l1bench.__file__).parent
-    names = ("worker.py", "snippet.py", "strict.py", "detectors.py", "gpulock.py", "hostclock.py")
+    names = (
+        "worker.py",
+        "snippet.py",
+        "strict.py",
+        *(f"detectors/{m}.py" for m in ("__init__", "flags", "tensors", "checks", "global_state", "run")),
+        "gpulock.py",
+        "hostclock.py",
+    )
     return {
         n: hashlib.sha256((package / n).read_bytes()).hexdigest()[:12]
         for n in names

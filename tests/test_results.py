@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 from helpers import ROOT, script_module
 
-from l1bench import aggregate, attempts, compare, detectors, preflight, stalls, worker
+from l1bench import aggregate, attempts, compare, preflight, stalls, worker
+from l1bench.detectors.flags import ALL_FLAGS
 from l1bench.results import (
     AGREEMENT,
     FAILED_STATUSES,
@@ -93,7 +94,7 @@ def test_one_vocabulary():
     assert set(Status) - FAILED_STATUSES - NOT_RUN_STATUSES == {Status.OK, Status.PASS}
     assert aggregate.FAILED_STATUSES is FAILED_STATUSES and aggregate.NOT_RUN_STATUSES is NOT_RUN_STATUSES
     assert attempts.STATUSES <= FAILED_STATUSES
-    assert set(detectors.ALL_FLAGS) | {stalls.FLAG} == set(Flag)
+    assert set(ALL_FLAGS) | {stalls.FLAG} == set(Flag)
     assert aggregate.AGREEMENT == compare.agreement.__defaults__[0] == AGREEMENT == 0.15
     assert aggregate.status_class(Status.NO_CODE) == aggregate.status_class("no_code") == "not_run"
     assert aggregate.status_class("crashed") == "failed" and aggregate.status_class("ok") == "measured"
