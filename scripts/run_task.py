@@ -28,10 +28,10 @@ def code_fingerprint() -> dict:
     import l1bench
 
     package = Path(l1bench.__file__).parent
-    names = ("worker/", "snippet.py", "strict.py", "detectors.py", "gpulock.py", "hostclock.py")
+    names = ("worker/", "snippet.py", "strict.py", "detectors/", "gpulock.py", "hostclock.py")
 
     def digest(path: Path) -> str:
-        if path.is_dir():  # a package (the worker): its modules in name order
+        if path.is_dir():  # a package (worker, detectors): its modules in name order
             h = hashlib.sha256()
             for module in sorted(path.glob("*.py")):
                 h.update(module.name.encode() + b"\0" + module.read_bytes())

@@ -12,7 +12,17 @@ import pytest
 import torch
 import torch.nn as nn
 
-from l1bench import detectors, snippet, strict
+from l1bench import snippet, strict
+from l1bench.detectors.checks import ceiling_flag, check_degenerate, check_precision
+from l1bench.detectors.flags import ALL_FLAGS, flag_names
+from l1bench.detectors.global_state import (
+    check_global_state,
+    diff_global_state,
+    restore_global_state,
+    snapshot_global_state,
+)
+from l1bench.detectors.run import run_detectors
+from l1bench.results import Flag
 
 ROOT = Path(__file__).resolve().parents[1]
 _spec = importlib.util.spec_from_file_location("adv_cases", ROOT / "tests" / "adversarial" / "cases.py")
@@ -25,11 +35,11 @@ CPU_CASES = [c for c in cases.CASES if not c.needs_cuda]
 def _run(case, cfg=None):
     ref_cls, get_inputs, get_init_inputs = snippet.load_reference(case.ref_source, "ref")
     custom_cls = snippet.load_custom(case.custom_source, "custom")
-    return detectors.run_detectors(ref_cls, custom_cls, get_inputs, get_init_inputs, "cpu", cfg)
+    return run_detectors(ref_cls, custom_cls, get_inputs, get_init_inputs, "cpu", cfg)
 
 
 def _names(result):
-    return detectors.flag_names(result["flags"])
+    return flag_names(result["flags"])
 
 
 # --------------------------------------------------------------------------- adversarial suite
@@ -38,7 +48,7 @@ def _names(result):
 def test_case_index_is_consistent():
     names = [c.name for c in cases.CASES]
     assert len(names) == len(set(names))
-    assert {c.expected_flag for c in cases.CASES} - {None} <= set(detectors.ALL_FLAGS)
+    assert {c.expected_flag for c in cases.CASES} - {None} <= set(ALL_FLAGS)
     assert {"honest_matmul", "honest_elementwise", "honest_conv"} <= set(names)
     assert all(c.needs_cuda for c in cases.CASES if c.name.startswith(("side_stream", "stale_graph", "l2_")))
 
@@ -47,7 +57,7 @@ def test_case_index_is_consistent():
 def test_hack_is_caught(case):
     result = _run(case)
     assert case.expected_flag in _names(result), result["flags"]
-    assert detectors.DETECTOR_ERROR not in _names(result), result["flags"]
+    assert Flag.DETECTOR_ERROR not in _names(result), result["flags"]
 
 
 @pytest.mark.parametrize("case", [c for c in CPU_CASES if c.expected_flag is None], ids=lambda c: c.name)
@@ -59,10 +69,10 @@ def test_honest_model_gets_no_flag(case):
 
 
 def test_run_detectors_restores_global_state():
-    before = detectors.snapshot_global_state()
+    before = snapshot_global_state()
     result = _run(cases.get_case("global_flags"))
-    assert detectors.GLOBAL_STATE in _names(result)
-    assert detectors.snapshot_global_state() == before
+    assert Flag.GLOBAL_STATE in _names(result)
+    assert snapshot_global_state() == before
 
 
 # --------------------------------------------------------------------------- single detectors
@@ -83,7 +93,7 @@ def get_init_inputs():
 def _with_custom(custom_src, ref_src=REF_RELU):
     ref_cls, get_inputs, get_init_inputs = snippet.load_reference(ref_src, "ref")
     custom_cls = snippet.load_custom(custom_src, "custom")
-    return detectors.run_detectors(ref_cls, custom_cls, get_inputs, get_init_inputs, "cpu", {})
+    return run_detectors(ref_cls, custom_cls, get_inputs, get_init_inputs, "cpu", {})
 
 
 def test_persistent_output_buffer_is_same_storage():
@@ -99,7 +109,7 @@ class ModelNew(nn.Module):
             self.buf = torch.empty_like(x)
         return self.buf.copy_(torch.relu(x))
 """
-    assert _names(_with_custom(src)) == [detectors.SAME_STORAGE]
+    assert _names(_with_custom(src)) == [Flag.SAME_STORAGE]
 
 
 def test_custom_exceptions_become_detector_error():
@@ -117,7 +127,7 @@ class ModelNew(nn.Module):
 """
     for src in (in_forward, in_init):
         result = _with_custom(src)
-        assert _names(result) == [detectors.DETECTOR_ERROR]
+        assert _names(result) == [Flag.DETECTOR_ERROR]
 
 
 def test_wrong_output_is_mismatch_not_cache():
@@ -127,7 +137,7 @@ class ModelNew(nn.Module):
     def forward(self, x):
         return x * 3.0
 """
-    assert _names(_with_custom(src)) == [detectors.OUTPUT_MISMATCH]
+    assert _names(_with_custom(src)) == [Flag.OUTPUT_MISMATCH]
 
 
 def test_wrong_only_later_is_mismatch_not_cache():
@@ -142,7 +152,7 @@ class ModelNew(nn.Module):
         self.calls += 1
         return torch.relu(x) if self.calls == 1 else torch.relu(x) + 1.0
 """
-    assert _names(_with_custom(src)) == [detectors.OUTPUT_MISMATCH]
+    assert _names(_with_custom(src)) == [Flag.OUTPUT_MISMATCH]
 
 
 def test_input_independent_reference_is_degenerate():
@@ -164,28 +174,28 @@ class ModelNew(nn.Module):
     def forward(self, x):
         return torch.arange(8.0)
 """
-    assert detectors.DEGENERATE_TASK in _names(_with_custom(custom, ref))
+    assert Flag.DEGENERATE_TASK in _names(_with_custom(custom, ref))
 
 
 def test_precision_check_tolerates_fp32_rounding():
     ref = torch.randn(300, dtype=torch.float64)
     r32 = ref.float()
     noisy = (ref * (1 + 1e-7 * torch.randn(300, dtype=torch.float64))).float()
-    flags, details = detectors.check_precision(noisy, r32, ref)
+    flags, details = check_precision(noisy, r32, ref)
     assert flags == [] and details
-    flags, _ = detectors.check_precision(ref.half().float(), r32, ref)
-    assert [f["flag"] for f in flags] == [detectors.PRECISION_DOWNGRADE]
+    flags, _ = check_precision(ref.half().float(), r32, ref)
+    assert [f["flag"] for f in flags] == [Flag.PRECISION_DOWNGRADE]
 
 
 def test_ceiling_flag():
-    assert detectors.ceiling_flag(3.0) == []
-    assert detectors.ceiling_flag(12.0)[0]["flag"] == detectors.SPEEDUP_CEILING
-    assert detectors.ceiling_flag(12.0, ceiling=20.0) == []
-    assert detectors.ceiling_flag(None) == [] and detectors.ceiling_flag(float("nan")) == []
+    assert ceiling_flag(3.0) == []
+    assert ceiling_flag(12.0)[0]["flag"] == Flag.SPEEDUP_CEILING
+    assert ceiling_flag(12.0, ceiling=20.0) == []
+    assert ceiling_flag(None) == [] and ceiling_flag(float("nan")) == []
 
 
 def test_snapshot_restore_round_trip():
-    snap = detectors.snapshot_global_state()
+    snap = snapshot_global_state()
     threads = torch.get_num_threads()
     try:
         torch.backends.cudnn.benchmark = not torch.backends.cudnn.benchmark
@@ -195,13 +205,13 @@ def test_snapshot_restore_round_trip():
         torch.set_num_threads(1 if threads != 1 else 2)
         torch.set_default_dtype(torch.float64)
         torch.use_deterministic_algorithms(True, warn_only=True)
-        changed = detectors.snapshot_global_state()
-        assert detectors.diff_global_state(snap, changed)
-        flags = detectors.check_global_state(snap, changed, "test")
-        assert [f["flag"] for f in flags] == [detectors.GLOBAL_STATE]
+        changed = snapshot_global_state()
+        assert diff_global_state(snap, changed)
+        flags = check_global_state(snap, changed, "test")
+        assert [f["flag"] for f in flags] == [Flag.GLOBAL_STATE]
     finally:
-        detectors.restore_global_state(snap)
-    assert detectors.snapshot_global_state() == snap
+        restore_global_state(snap)
+    assert snapshot_global_state() == snap
     assert torch.get_default_dtype() == torch.float32
     assert torch.get_num_threads() == threads
     torch.get_float32_matmul_precision()  # readable again
@@ -274,7 +284,7 @@ def test_time_strict_pool_memory_cap():
 
 
 def test_stats_helpers():
-    assert strict.sync_mismatch_flag(10.0, 1.0)[0]["flag"] == detectors.EVENT_SYNC_MISMATCH
+    assert strict.sync_mismatch_flag(10.0, 1.0)[0]["flag"] == Flag.EVENT_SYNC_MISMATCH
     assert strict.sync_mismatch_flag(0.03, 0.01) == []  # within host-sync slack
     assert strict.sync_mismatch_flag(1.2, 1.0) == []
     r, c = [2.0, 2.1, 1.9, 2.2, 2.0], [1.0, 1.1, 0.9, 1.0, 1.05]
@@ -309,7 +319,7 @@ def test_run_adversarial_cli_cpu(tmp_path):
 def test_device_fingerprint_sees_every_byte():
     import torch
 
-    from l1bench.detectors import device_fingerprint
+    from l1bench.detectors.tensors import device_fingerprint
 
     x = torch.randn(1001)  # 4004 bytes; also odd byte counts via uint8 views below
     same = x.clone()
@@ -331,8 +341,6 @@ def test_batchnorm_folded_custom_is_not_a_mismatch():
     """A custom model with inference-mode BatchNorm semantics matches the reference in eval
     mode, as in the harness's correctness trials (in train mode it would not)."""
     import torch
-
-    from l1bench.detectors import run_detectors
 
     class Ref(torch.nn.Module):
         def __init__(self):
@@ -356,10 +364,10 @@ def test_a_scalar_loss_that_follows_its_inputs_is_not_degenerate():
     input makes a task degenerate (measured false positive: L1_T095, L1_T096, L1_T100)."""
     digests = [("a",), ("b",), ("c",)]
     losses = [torch.tensor(2.7429), torch.tensor(2.7272), torch.tensor(2.7511)]
-    assert detectors.check_degenerate(losses, digests) == []
+    assert check_degenerate(losses, digests) == []
     zeros = [torch.zeros(()), torch.zeros(()), torch.zeros(())]
-    assert detectors.flag_names(detectors.check_degenerate(zeros, digests)) == [detectors.DEGENERATE_TASK]
+    assert flag_names(check_degenerate(zeros, digests)) == [Flag.DEGENERATE_TASK]
     filled = [torch.full((4, 4), 1.5), torch.full((4, 4), 1.5), torch.full((4, 4), 1.5)]
-    assert detectors.flag_names(detectors.check_degenerate(filled, digests)) == [detectors.DEGENERATE_TASK]
+    assert flag_names(check_degenerate(filled, digests)) == [Flag.DEGENERATE_TASK]
     per_input = [torch.full((4,), v) for v in (0.1, 0.2, 0.3)]  # one number per input: information
-    assert detectors.check_degenerate(per_input, digests) == []
+    assert check_degenerate(per_input, digests) == []

@@ -7,9 +7,10 @@ from pathlib import Path
 import pytest
 from helpers import ROOT, script_module
 
-from l1bench import attempts, compare, detectors, preflight, stalls, worker
+from l1bench import attempts, compare, preflight, stalls, worker
 from l1bench.aggregate import conventions as agg_conventions
 from l1bench.aggregate import stats as agg_stats
+from l1bench.detectors.flags import ALL_FLAGS
 from l1bench.results import (
     AGREEMENT,
     FAILED_STATUSES,
@@ -95,7 +96,7 @@ def test_one_vocabulary():
     assert set(Status) - FAILED_STATUSES - NOT_RUN_STATUSES == {Status.OK, Status.PASS}
     assert agg_conventions.FAILED_STATUSES is FAILED_STATUSES and agg_conventions.NOT_RUN_STATUSES is NOT_RUN_STATUSES
     assert attempts.STATUSES <= FAILED_STATUSES
-    assert set(detectors.ALL_FLAGS) | {stalls.FLAG} == set(Flag)
+    assert set(ALL_FLAGS) | {stalls.FLAG} == set(Flag)
     assert agg_stats.AGREEMENT == compare.agreement.__defaults__[0] == AGREEMENT == 0.15
     assert agg_conventions.status_class(Status.NO_CODE) == agg_conventions.status_class("no_code") == "not_run"
     assert agg_conventions.status_class("crashed") == "failed" and agg_conventions.status_class("ok") == "measured"

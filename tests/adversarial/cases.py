@@ -3,7 +3,7 @@
 Each case pairs a reference snippet (``ref_*.py``: ``Model``, ``get_inputs``,
 ``get_init_inputs``) with a custom snippet (``custom_<case>.py``: ``ModelNew``)
 and names the flag the integrity layer must raise (None: honest, no flag at
-all).  Flag names are the constants of ``l1bench.detectors``; this module has
+all).  Flag names are the members of ``l1bench.results.Flag``; this module has
 no imports from the project so the runner can load it by path.
 """
 
