@@ -65,3 +65,15 @@ def test_a_page_is_the_printed_report_with_a_title_and_bullets(tmp_path, capsys)
     assert text.startswith("# Throughput\n\nOne run.\n\n| stage")
     assert "\n* first start to last finish 80 s; GPU lock held 35 s (44 % of it)\n" in text
     assert text.replace("\n* ", "\n").endswith(printed.split("\n\n", 1)[1])
+
+
+def test_lock_time_by_step(tmp_path):
+    for tid, held in (("L1_T001", {"warm-up calls": 0.5, "timed pairs": 1.0}), ("L1_T002", {"timed pairs": 2.0})):
+        path = tmp_path / f"time/paper/default/{tid}.json"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps({"kind": "time", "mode": "default", "protocol": "paper", "provenance": {},
+                                    "phases_locked": held}))
+    by = stagetimes.lock_by_phase(tmp_path)
+    assert by == {"time:paper:default": {"warm-up calls": 0.5, "timed pairs": 3.0}}
+    assert "| time:paper:default   |             3 |             0.5 |     3.5 |" in stagetimes.phase_table(by)
+    assert "GPU lock by step" in stagetimes.report(tmp_path)

@@ -92,6 +92,25 @@ def table(stats: dict) -> str:
     return tabulate(rows, head, tablefmt="github")
 
 
+def lock_by_phase(root, since: str | None = None, until: str | None = None) -> dict:
+    """{stage: {step: GPU-lock seconds}} summed over the results that record it
+    (``phases_locked``, from the worker's ``phase`` steps): where a stage's lock time goes."""
+    out: dict = defaultdict(lambda: defaultdict(float))
+    for res in results(root, since, until):
+        for step, held in (res.get("phases_locked") or {}).items():
+            out[stage_of(res)][step] += held
+    return {k: dict(v) for k, v in out.items()}
+
+
+def phase_table(by_phase: dict) -> str:
+    """One row per stage, one column per step (GPU-lock seconds), and the stage's total."""
+    steps = sorted({step for v in by_phase.values() for step in v})
+    rows = [
+        [k, *(round(v.get(s, 0.0), 1) for s in steps), round(sum(v.values()), 1)] for k, v in sorted(by_phase.items())
+    ]
+    return tabulate(rows, ["stage (GPU lock s)", *steps, "total"], tablefmt="github")
+
+
 def overall(stats: dict) -> dict:
     """Whole-run figures: first start to last finish, and the share of it the GPU lock was held."""
     starts = [v["first"] for v in stats.values() if v.get("first")]
@@ -161,7 +180,9 @@ def report(root, samples=None, since=None, until=None, bullet: str = "") -> str:
     ]
     if samples:
         lines += samples_summary(samples).splitlines()
-    return table(stats) + "\n\n" + "\n".join(bullet + line for line in lines)
+    by_phase = lock_by_phase(root, since, until)
+    steps = "\n\nGPU lock by step (results that record it):\n\n" + phase_table(by_phase) if by_phase else ""
+    return table(stats) + "\n\n" + "\n".join(bullet + line for line in lines) + steps
 
 
 def main(argv: list[str]) -> None:

@@ -19,13 +19,17 @@ from l1bench.snippet import InfraError, short
 
 @contextlib.contextmanager
 def phase(stats: dict, name: str):
-    """Accumulate the wall time of a step into ``stats["phases"][name]`` (seconds)."""
-    t0 = time.perf_counter()
+    """Accumulate the wall time of a step into ``stats["phases"][name]`` and the GPU-lock time
+    it held into ``stats["phases_locked"][name]`` (seconds; a step's wall also counts the
+    waits for the lock after a pause, its lock time does not)."""
+    t0, held0 = time.perf_counter(), gpulock.DeviceLock.held_so_far(stats)
     try:
         yield
     finally:
         phases = stats.setdefault("phases", {})
         phases[name] = round(phases.get(name, 0.0) + time.perf_counter() - t0, 4)
+        locked = stats.setdefault("phases_locked", {})
+        locked[name] = round(locked.get(name, 0.0) + gpulock.DeviceLock.held_so_far(stats) - held0, 4)
 
 
 def open_device(device: str, stats: dict) -> None:
