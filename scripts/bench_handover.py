@@ -34,7 +34,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from l1bench import gpulock
+from l1bench import gpulock, timingcpus
 
 PHASES = ("solo", "free_small", "free_big", "exit_locked", "exit_unlocked")
 
@@ -126,9 +126,9 @@ def main(argv=None) -> int:
         interferer(args.interfere, args.until, args.lock_dir)
         return 0
     cpus = set(os.sched_getaffinity(0))
-    timing, rest = gpulock.core_plan(cpus, 1, min_cpus=2)
-    gpulock._set_process_affinity(rest)
-    os.environ[gpulock.TIMING_CPU_ENV] = str(timing[0])  # the lock holder's thread runs there
+    timing, rest = timingcpus.core_plan(cpus, 1, min_cpus=2)
+    timingcpus._set_process_affinity(rest)
+    os.environ[timingcpus.TIMING_CPU_ENV] = str(timing[0])  # the lock holder's thread runs there
     lock_dir = tempfile.mkdtemp(prefix="handover-")
     import torch
 

@@ -32,7 +32,7 @@ l1bench.stalls counts them), each stall's cause from the timing thread's own acc
 thread was kept from running (disturbed) per 1000, the timing CPU's interrupt, softirq,
 system and steal time (/proc/stat) and interrupts (/proc/interrupts), and how much work the
 interferers did. With ``--isolate-system`` (root) the machine-wide isolation of the timing CPU
-(gpulock.isolate_system) is applied afterwards and ``idle`` and ``all`` are measured again.
+(timingcpus.isolate_system) is applied afterwards and ``idle`` and ``all`` are measured again.
 
     python scripts/bench_stalls.py --seconds 6 --json results/h100/bench/stalls-activities.json
     python scripts/bench_stalls.py --cpu --seconds 2 --activities idle cpu_python   # no GPU
@@ -52,7 +52,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from l1bench import gpulock, hostclock, stalls
+from l1bench import hostclock, stalls, timingcpus
 
 ACTIVITIES = (
     "idle", "cpu_python", "cpu_shared", "process_churn", "cuda_context", "alloc_free", "gpu_kernels",
@@ -388,11 +388,11 @@ def main(argv=None) -> int:
         return 0
 
     cpus = set(os.sched_getaffinity(0))
-    timing, rest = gpulock.core_plan(cpus, 1, min_cpus=2)
+    timing, rest = timingcpus.core_plan(cpus, 1, min_cpus=2)
     if not timing:
         sys.exit("bench_stalls: needs at least two CPUs")
     timing_cpu = timing[0]
-    gpulock._set_process_affinity(rest)  # as the workflow: every process it starts stays off
+    timingcpus._set_process_affinity(rest)  # as the workflow: every process it starts stays off
     import torch
 
     if not args.cpu:
@@ -405,7 +405,7 @@ def main(argv=None) -> int:
     phases = [run_phase(a, args, timing_cpu, rest) for a in args.activities if not (args.cpu and a in NEEDS_GPU)]
     isolation = None
     if args.isolate_system:
-        isolation = gpulock.isolate_system([timing_cpu])
+        isolation = timingcpus.isolate_system([timing_cpu])
         print(f"isolate_system: {isolation}", flush=True)
         for a in ("idle", "all"):
             res = run_phase(a, args, timing_cpu, rest)

@@ -22,7 +22,7 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,memory.used --fo
 [ -f .devstate/results.tgz ] && tar xzf .devstate/results.tgz --keep-newer-files 2>/dev/null
 stamp=$(date +%Y%m%dT%H%M%S)
 # The samplers stay off the GPUs' timing CPUs (the highest ones, one per GPU; the workflow
-# keeps itself and its jobs off them too: gpulock.keep_workflow_off_timing_cpus).
+# keeps itself and its jobs off them too: timingcpus.keep_workflow_off_timing_cpus).
 ngpu=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ')
 off_timing=()
 if command -v taskset >/dev/null && [ "$(nproc)" -ge 4 ] && [ "$ngpu" -ge 1 ] && [ "$(nproc)" -ge $((2 * ngpu)) ]; then

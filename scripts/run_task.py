@@ -28,7 +28,9 @@ def code_fingerprint() -> dict:
     import l1bench
 
     package = Path(l1bench.__file__).parent
-    names = ("worker/", "snippet.py", "strict.py", "detectors/", "gpulock.py", "hostclock.py")
+    names = (
+        "worker/", "snippet.py", "strict.py", "detectors/", "gpulock.py", "timingcpus.py", "gpus.py", "hostclock.py",
+    )
 
     def digest(path: Path) -> str:
         if path.is_dir():  # a package (worker, detectors): its modules in name order

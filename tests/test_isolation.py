@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from l1bench import gpulock, hostclock, worker
+from l1bench import gpulock, gpus, hostclock, timingcpus, worker
 from l1bench.worker import harness
 
 
@@ -148,14 +148,14 @@ def test_releasing_the_lock_moves_threads_started_in_the_section_off_the_timing_
     monkeypatch.setattr(os, "sched_getaffinity", lambda tid: set(masks[tid]))
     monkeypatch.setattr(os, "sched_setaffinity", lambda tid, cpus: masks.__setitem__(tid, set(cpus)))
     monkeypatch.setattr(os, "listdir", lambda path: ["101", "102"] if path == "/proc/self/task" else [])
-    monkeypatch.setenv(gpulock.TIMING_CPU_ENV, "15")
+    monkeypatch.setenv(timingcpus.TIMING_CPU_ENV, "15")
     masks[0] = set(range(15))
     with gpulock.device_lock("cpu", tmp_path):
         assert masks[0] == {15}
         masks[102] = {15}  # a thread started inside the section inherits the timing CPU
     # every thread that may run on the timing CPU is moved off it, the new one included
     assert masks[0] == masks[101] == masks[102] == set(range(15))
-    assert gpulock.unpin_threads(15, set(range(15))) == 0  # nothing left there
+    assert timingcpus.unpin_threads(15, set(range(15))) == 0  # nothing left there
     # ... and, on request, inside the section: all but the calling thread
     import threading
 
@@ -231,20 +231,20 @@ def test_isolate_system_moves_what_can_move(monkeypatch, tmp_path):
     monkeypatch.setattr(os, "sched_getaffinity", lambda tid: set(masks[tid]))
     monkeypatch.setattr(os, "sched_setaffinity", setaff)
     monkeypatch.setattr(os, "geteuid", lambda: 0)
-    report = gpulock.isolate_system([15], proc=str(proc), sysfs=str(sysfs))
+    report = timingcpus.isolate_system([15], proc=str(proc), sysfs=str(sysfs))
     assert masks[1] == masks[201] == set(range(15)) and masks[200] == {3} and masks[7] == {15}
     assert report["threads_moved"] == 2 and report["threads_kept"] == 1
     assert (sysfs / "devices/virtual/workqueue/cpumask").read_text() == "00007fff\n"
     assert (proc / "irq/24/smp_affinity").read_text() == "00007fff\n" and report["irqs_moved"] == 1
     monkeypatch.setattr(os, "geteuid", lambda: 1000)
-    assert gpulock.isolate_system([15], proc=str(proc), sysfs=str(sysfs)) == {"root": False, "timing_cpus": [15]}
+    assert timingcpus.isolate_system([15], proc=str(proc), sysfs=str(sysfs)) == {"root": False, "timing_cpus": [15]}
 
 
 def test_the_worker_picks_its_gpu_without_starting_cuda(monkeypatch):
     import torch
 
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2,5")
-    monkeypatch.setattr(gpulock, "reserve_timing_cpus", lambda n, i: None)
+    monkeypatch.setattr(timingcpus, "reserve_timing_cpus", lambda n, i: None)
     job = {"backend": "cuda", "tid": "L1_T001", "mode": "default"}
     assert worker.pick_device(job) == "cuda:0" and job["gpu_ids"] == ["2", "5"]
     assert not torch.cuda.is_initialized()  # placed at the first section, where CUDA starts
@@ -257,7 +257,7 @@ def test_visible_gpus_from_the_drivers_proc_entries(monkeypatch, tmp_path):
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     for bus in ("0000:18:00.0", "0000:2a:00.0"):
         (tmp_path / bus).mkdir()
-    assert gpulock.visible_gpu_count(str(tmp_path)) == 2
+    assert gpus.visible_gpu_count(str(tmp_path)) == 2
 
 
 def test_provenance_never_starts_cuda(monkeypatch):
@@ -325,7 +325,7 @@ def test_placement_takes_any_free_gpu_so_none_idles_while_jobs_wait(tmp_path):
 
 def test_the_first_section_places_the_job_on_a_free_gpu_and_shows_it_only_that_one(tmp_path, monkeypatch):
     """Later sections lock ``job["lock_device"]``, the same GPU (its models are there)."""
-    monkeypatch.setattr(gpulock, "timing_cpu_of", lambda i: None)
+    monkeypatch.setattr(timingcpus, "timing_cpu_of", lambda i: None)
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)  # restored afterwards
     job = {"gpu_ids": ["0", "1"], "lock_dir": str(tmp_path)}
     with gpulock.device_lock("cuda:0", tmp_path):  # GPU 0 busy: the job is placed on GPU 1
@@ -339,10 +339,10 @@ def test_gpu_locks_are_named_after_the_physical_gpu(tmp_path):
     for bus, uuid in (("0000:2a:00.0", "GPU-bbb"), ("0000:18:00.0", "GPU-aaa")):
         (tmp_path / bus).mkdir()
         (tmp_path / bus / "information").write_text(f"Model: NVIDIA H200\nGPU UUID: {uuid}\nBus Location: {bus}\n")
-    assert gpulock.physical_gpu_name("0", str(tmp_path)) == "GPU-aaa"  # PCI bus order
-    assert gpulock.physical_gpu_name("1", str(tmp_path)) == "GPU-bbb"
-    assert gpulock.physical_gpu_name("GPU-bbb", str(tmp_path)) == "GPU-bbb"
-    assert gpulock.physical_gpu_name("7", str(tmp_path)) == "7"  # not in /proc: as named
+    assert gpus.physical_gpu_name("0", str(tmp_path)) == "GPU-aaa"  # PCI bus order
+    assert gpus.physical_gpu_name("1", str(tmp_path)) == "GPU-bbb"
+    assert gpus.physical_gpu_name("GPU-bbb", str(tmp_path)) == "GPU-bbb"
+    assert gpus.physical_gpu_name("7", str(tmp_path)) == "7"  # not in /proc: as named
 
 
 class ScriptedCalls:

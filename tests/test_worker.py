@@ -262,7 +262,7 @@ def test_custom_builder_keeps_gpu_init_inside_the_lock(monkeypatch):
 
 
 def test_core_plan_reserves_one_timing_cpu_per_device():
-    from l1bench.gpulock import core_plan
+    from l1bench.timingcpus import core_plan
 
     alone = lambda cpu: {cpu}  # noqa: E731 - no SMT
     timing, rest = core_plan(range(16), 1, siblings=alone)
@@ -287,9 +287,9 @@ class FakeAffinity:
     def __init__(self, monkeypatch, cpus=range(16), tids=(101, 102)):
         import os
 
-        from l1bench import gpulock
+        from l1bench import timingcpus
 
-        monkeypatch.setattr(gpulock, "thread_siblings", lambda cpu: {cpu})  # no SMT
+        monkeypatch.setattr(timingcpus, "thread_siblings", lambda cpu: {cpu})  # no SMT
         self.masks = {0: set(cpus)} | {t: set(cpus) for t in tids}
         monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(self.masks[pid]))
         monkeypatch.setattr(os, "sched_setaffinity", self.set)
@@ -300,63 +300,63 @@ class FakeAffinity:
 
 
 def test_the_workflow_keeps_every_process_off_the_timing_cpu(monkeypatch):
-    from l1bench import gpulock
+    from l1bench import timingcpus
 
-    monkeypatch.delenv(gpulock.RESERVED_ENV, raising=False)
-    monkeypatch.delenv(gpulock.TIMING_CPU_ENV, raising=False)
+    monkeypatch.delenv(timingcpus.RESERVED_ENV, raising=False)
+    monkeypatch.delenv(timingcpus.TIMING_CPU_ENV, raising=False)
     aff = FakeAffinity(monkeypatch)
-    assert gpulock.keep_workflow_off_timing_cpus(1) == [15]
+    assert timingcpus.keep_workflow_off_timing_cpus(1) == [15]
     assert aff.masks[101] == aff.masks[102] == set(range(15))  # every thread, so every child
-    assert gpulock.reserved_plan(range(16)) == ([15], set(range(15)))
-    assert gpulock.keep_workflow_off_timing_cpus(1) == [15]  # once: not CPU 14 next time
+    assert timingcpus.reserved_plan(range(16)) == ([15], set(range(15)))
+    assert timingcpus.keep_workflow_off_timing_cpus(1) == [15]  # once: not CPU 14 next time
     # a process that inherited the plan but not the mask (reset by a launcher) gets the mask back
     aff.masks.update({0: set(range(16)), 101: set(range(16)), 102: set(range(16))})
-    assert gpulock.keep_workflow_off_timing_cpus(1) == [15]
+    assert timingcpus.keep_workflow_off_timing_cpus(1) == [15]
     assert aff.masks[101] == aff.masks[102] == set(range(15))
     # a worker started by it takes the workflow's plan, not one from its own (smaller) mask
     aff.masks[0] = set(range(15))
-    assert gpulock.reserve_timing_cpus(1, 0) == 15 and aff.masks[0] == set(range(15))
-    assert os.environ[gpulock.TIMING_CPU_ENV] == "15"
-    monkeypatch.setenv(gpulock.RESERVED_ENV, "")
-    monkeypatch.delenv(gpulock.TIMING_CPU_ENV)
+    assert timingcpus.reserve_timing_cpus(1, 0) == 15 and aff.masks[0] == set(range(15))
+    assert os.environ[timingcpus.TIMING_CPU_ENV] == "15"
+    monkeypatch.setenv(timingcpus.RESERVED_ENV, "")
+    monkeypatch.delenv(timingcpus.TIMING_CPU_ENV)
     aff.masks[0] = set(range(15))  # without the plan the worker would reserve CPU 14
-    assert gpulock.reserve_timing_cpus(1, 0) == 14
+    assert timingcpus.reserve_timing_cpus(1, 0) == 14
 
 
 def test_no_timing_cpu_on_a_small_machine_or_without_gpus(monkeypatch):
-    from l1bench import gpulock
+    from l1bench import timingcpus
 
-    monkeypatch.delenv(gpulock.RESERVED_ENV, raising=False)
+    monkeypatch.delenv(timingcpus.RESERVED_ENV, raising=False)
     aff = FakeAffinity(monkeypatch, cpus=range(2))
-    assert gpulock.keep_workflow_off_timing_cpus(1) == [] and aff.masks[101] == {0, 1}
+    assert timingcpus.keep_workflow_off_timing_cpus(1) == [] and aff.masks[101] == {0, 1}
     FakeAffinity(monkeypatch)
-    assert gpulock.keep_workflow_off_timing_cpus(0) == []
-    assert gpulock.RESERVED_ENV not in os.environ
+    assert timingcpus.keep_workflow_off_timing_cpus(0) == []
+    assert timingcpus.RESERVED_ENV not in os.environ
 
 
 def test_visible_gpu_count_without_starting_cuda(monkeypatch):
     import shutil
 
-    from l1bench import gpulock
+    from l1bench import gpus
 
     for visible, n in (("0,1", 2), ("", 0), ("-1", 0), ("GPU-3f2a", 1)):
         monkeypatch.setenv("CUDA_VISIBLE_DEVICES", visible)
-        assert gpulock.visible_gpu_count() == n, visible
+        assert gpus.visible_gpu_count() == n, visible
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES")
     monkeypatch.setattr(shutil, "which", lambda name: None)
-    assert gpulock.visible_gpu_count() == 0
+    assert gpus.visible_gpu_count() == 0
 
 
 def test_lock_holder_runs_on_the_timing_cpu(tmp_path, monkeypatch):
     import os
 
-    from l1bench import gpulock
+    from l1bench import gpulock, timingcpus
 
     if not hasattr(os, "sched_setaffinity"):
         pytest.skip("no CPU affinity on this platform")
     before = os.sched_getaffinity(0)
     cpu = min(before)
-    monkeypatch.setenv(gpulock.TIMING_CPU_ENV, str(cpu))
+    monkeypatch.setenv(timingcpus.TIMING_CPU_ENV, str(cpu))
     with gpulock.device_lock("cpu", tmp_path):
         assert os.sched_getaffinity(0) == {cpu}
     assert os.sched_getaffinity(0) == before

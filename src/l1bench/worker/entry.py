@@ -14,7 +14,7 @@ import sys
 import time
 from pathlib import Path
 
-from l1bench import gpulock, provenance
+from l1bench import gpus, provenance, timingcpus
 from l1bench.io import atomic_write_text
 from l1bench.results import NoWorker, Status, no_worker_needed
 from l1bench.snippet import InfraError, SnippetError, sha256_text
@@ -45,11 +45,11 @@ def pick_device(job: dict) -> str:
     only that GPU visible. Nothing here starts CUDA; the process keeps off every timing CPU."""
     if job["backend"] == "cpu":
         return "cpu"
-    ids = gpulock.visible_gpu_ids()
+    ids = gpus.visible_gpu_ids()
     if not ids:
         raise InfraError("no CUDA device is visible to the worker")
     job["gpu_ids"] = ids
-    gpulock.reserve_timing_cpus(len(ids), None)  # before CUDA starts its threads
+    timingcpus.reserve_timing_cpus(len(ids), None)  # before CUDA starts its threads
     return "cuda:0"
 
 
@@ -75,7 +75,7 @@ TIMING_DESIGN = 4
 
 
 def _system_isolation():
-    text = os.environ.get(gpulock.ISOLATED_ENV)
+    text = os.environ.get(timingcpus.ISOLATED_ENV)
     try:
         return json.loads(text) if text else None
     except ValueError:
@@ -96,7 +96,7 @@ def run(job: dict) -> dict:
     if job["kind"] == "build":
         job["device"] = "cpu"
         if job["backend"] != "cpu":  # builds (nvcc) keep clear of the timing CPUs
-            gpulock.reserve_timing_cpus(gpulock.visible_gpu_count(), None)
+            timingcpus.reserve_timing_cpus(gpus.visible_gpu_count(), None)
     else:
         job["device"] = pick_device(job)
     try:
@@ -115,13 +115,13 @@ def run(job: dict) -> dict:
         "started": started,
         "finished": provenance.now_iso(),
         "wall_s": round(time.time() - t0, 3),
-        "timing_cpu": os.environ.get(gpulock.TIMING_CPU_ENV) or None,
+        "timing_cpu": os.environ.get(timingcpus.TIMING_CPU_ENV) or None,
         # the machine-wide isolation of the timing CPUs, when the workflow made one (root)
         "system_isolation": _system_isolation(),
         # "workflow": every process of the run kept off the timing CPUs; "worker": only workers
         "timing_cpu_reserved_by": (
-            ("workflow" if os.environ.get(gpulock.RESERVED_ENV) else "worker")
-            if os.environ.get(gpulock.TIMING_CPU_ENV)
+            ("workflow" if os.environ.get(timingcpus.RESERVED_ENV) else "worker")
+            if os.environ.get(timingcpus.TIMING_CPU_ENV)
             else None
         ),
     }

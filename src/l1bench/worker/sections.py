@@ -13,7 +13,7 @@ import gc
 import os
 import time
 
-from l1bench import gpulock
+from l1bench import gpulock, timingcpus
 from l1bench.snippet import InfraError, short
 
 
@@ -80,7 +80,7 @@ def claim_gpu(job: dict, stats: dict, before_pause):
         job.get("lock_dir"),
         stats,
         before_pause,
-        [gpulock.timing_cpu_of(k) for k in order],
+        [timingcpus.timing_cpu_of(k) for k in order],
     )
     index = order[i]
     job["lock_device"] = lock.device

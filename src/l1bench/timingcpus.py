@@ -1,0 +1,270 @@
+"""Timing CPUs: one CPU per device kept free of everything but the GPU lock holder's thread.
+
+The workflow reserves them (:func:`keep_workflow_off_timing_cpus`) and keeps itself and every
+process it starts on the other CPUs; workers take that plan (:func:`reserve_timing_cpus`), and
+the lock (:mod:`l1bench.gpulock`) moves its holder's thread onto its device's timing CPU for a
+GPU section (:func:`_pin_to_timing_cpu`) and the threads started there off it again
+(:func:`unpin_threads`). With root, :func:`isolate_system` also moves the rest of the machine off.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+from pathlib import Path
+
+#: Environment variable naming the CPU reserved for the lock holder's thread ("" or unset: none).
+#: Workers run everything else on the other CPUs (:func:`reserve_timing_cpus`), so CPU-heavy
+#: work of other jobs (model construction, torch.compile, builds) never preempts the thread
+#: that launches the timed kernels: on a loaded machine the launch overhead of small kernels
+#: is then the same as on an idle one.
+TIMING_CPU_ENV = "L1BENCH_TIMING_CPU"
+
+#: Environment variable listing the timing CPUs the *workflow* reserved (comma-separated, one
+#: per device): set by :func:`keep_workflow_off_timing_cpus` in the Snakemake process, which
+#: then runs on the other CPUs, and so does every process it starts (job scripts, workers,
+#: compilers). Workers take their plan from it instead of computing one from their own mask.
+RESERVED_ENV = "L1BENCH_TIMING_CPUS"
+
+
+#: Timing CPUs of the visible devices, in device order, as :func:`reserve_timing_cpus` planned them.
+_TIMING_PLAN: list[int] = []
+
+
+def core_plan(cpus, n_devices: int, min_cpus: int = 4, siblings=None) -> tuple[list[int], set[int]]:
+    """(timing CPU of each device's lock, CPUs for everything else).
+
+    One CPU per device is reserved, counted from the highest: device 0 gets the last CPU,
+    device 1 the one before, and so on. Where a CPU shares its core with others (SMT siblings,
+    ``siblings(cpu)``, default: the kernel's topology), a timing CPU's siblings are left idle
+    too: work on a sibling slows the thread that launches the timed kernels. With fewer than
+    ``min_cpus`` CPUs, or fewer than two CPUs per device left for the rest, nothing is
+    reserved: ([], cpus).
+    """
+    ordered = sorted(cpus)
+    if n_devices < 1 or len(ordered) < max(min_cpus, 2 * n_devices):
+        return [], set(ordered)
+    siblings = siblings or thread_siblings
+    timing: list[int] = []
+    idle: set[int] = set()
+    for cpu in reversed(ordered):
+        if len(timing) == n_devices:
+            break
+        if cpu in idle:
+            continue
+        timing.append(cpu)
+        idle |= (set(siblings(cpu)) & set(ordered)) - {cpu}
+    rest = set(ordered) - set(timing) - idle
+    if len(timing) < n_devices or len(rest) < max(n_devices, min_cpus - n_devices):
+        # too few cores to leave the siblings idle: reserve the timing CPUs alone
+        timing = [ordered[-1 - i] for i in range(n_devices)]
+        rest = set(ordered) - set(timing)
+    return timing, rest
+
+
+def thread_siblings(cpu: int, sysfs: str = "/sys") -> set[int]:
+    """The CPUs sharing ``cpu``'s core (itself included; {cpu} where the kernel does not say)."""
+    try:
+        text = Path(sysfs, f"devices/system/cpu/cpu{cpu}/topology/thread_siblings_list").read_text()
+        return _parse_cpu_list(text) or {cpu}
+    except (OSError, ValueError):
+        return {cpu}
+
+
+def reserve_timing_cpus(n_devices: int, device_index: int | None) -> int | None:
+    """Keep this process off the devices' timing CPUs; return (and export) this device's one.
+
+    Called once at worker start, before threads are created (they inherit the mask). Build
+    workers pass ``device_index=None``: they only keep clear of the timing CPUs.
+    """
+    if not hasattr(os, "sched_setaffinity"):
+        return None
+    timing, rest = reserved_plan(os.sched_getaffinity(0)) or core_plan(os.sched_getaffinity(0), n_devices)
+    if not timing or not rest:
+        return None
+    _TIMING_PLAN[:] = timing
+    _set_process_affinity(rest)
+    if device_index is None or device_index >= len(timing):
+        return None
+    os.environ[TIMING_CPU_ENV] = str(timing[device_index])
+    return timing[device_index]
+
+
+def reserved_plan(cpus) -> tuple[list[int], set[int]] | None:
+    """The workflow's plan (:data:`RESERVED_ENV`) as (timing CPUs, the others of ``cpus``), or
+    None when the workflow reserved none."""
+    try:
+        timing = [int(c) for c in os.environ.get(RESERVED_ENV, "").split(",") if c.strip()]
+    except ValueError:
+        return None
+    return (timing, set(cpus) - set(timing)) if timing else None
+
+
+def _set_process_affinity(cpus: set[int]) -> None:
+    """Every thread of this process onto ``cpus`` (threads started later inherit it)."""
+    tids = [0]
+    with contextlib.suppress(OSError):
+        tids = [int(t) for t in os.listdir("/proc/self/task")]
+    for tid in tids:
+        with contextlib.suppress(OSError):  # a thread that just ended
+            os.sched_setaffinity(tid, cpus)
+
+
+def unpin_threads(cpu, restore: set[int], task_dir: str = "/proc/self/task", keep: int | None = None) -> int:
+    """Move every thread of this process that may run on ``cpu`` (the timing CPU) onto
+    ``restore``, except the thread ``keep``; returns how many were moved. Called as the lock is
+    released: a thread started by the lock holder inherits its single-CPU mask and would
+    otherwise keep running on the timing CPU after the section, into the next holder's timed
+    calls. Also right after the lock holder started CUDA (the driver's own threads)."""
+    try:
+        cpu = int(cpu)
+        tids = [int(t) for t in os.listdir(task_dir)]
+    except (OSError, ValueError):
+        return 0
+    moved = 0
+    for tid in tids:
+        if tid == keep:
+            continue
+        try:
+            if cpu in os.sched_getaffinity(tid):
+                os.sched_setaffinity(tid, restore)
+                moved += 1
+        except OSError:  # a thread that just ended
+            continue
+    return moved
+
+
+#: Environment switch (set it to 1; needs root): also move every other thread of the machine,
+#: the movable kernel threads, unbound kernel work queues and interrupts off the timing CPUs
+#: (:func:`isolate_system`), as the kernel's ``isolcpus`` would. For dedicated or lent GPU
+#: machines; the workflow records what was moved.
+ISOLATE_SYSTEM_ENV = "L1BENCH_ISOLATE_SYSTEM"
+#: Set by the workflow after :func:`isolate_system`: its report (JSON), recorded on results.
+ISOLATED_ENV = "L1BENCH_SYSTEM_ISOLATED"
+
+
+def _cpu_mask_hex(cpus) -> str:
+    """A CPU set as the kernel's comma-separated 32-bit hex words (``/sys`` and ``/proc/irq``)."""
+    bits = sum(1 << c for c in cpus)
+    words = []
+    while True:
+        words.append(f"{bits & 0xFFFFFFFF:08x}")
+        bits >>= 32
+        if not bits:
+            break
+    return ",".join(reversed(words))
+
+
+def isolate_system(timing: list[int], proc: str = "/proc", sysfs: str = "/sys") -> dict:
+    """Keep everything but the lock holders off the timing CPUs, machine-wide (root only).
+
+    The workflow keeps its own processes off the timing CPUs; this also moves every other
+    process's threads, the kernel threads that may move (unbound ones: ``kswapd``, ``jbd2``,
+    ``khugepaged``...), the unbound work queues (writeback, for example) and the interrupts.
+    Per-CPU kernel threads stay (they cannot move). Left as it is on a machine where this
+    process is not root. Returns counts of what was moved and what could not be.
+    """
+    report = {"root": os.geteuid() == 0 if hasattr(os, "geteuid") else False, "timing_cpus": list(timing)}
+    if not report["root"] or not timing:
+        return report
+    allowed = set(os.sched_getaffinity(0)) | set(timing)
+    rest = allowed - set(timing)
+    try:
+        online = _parse_cpu_list(Path(sysfs, "devices/system/cpu/online").read_text())
+        rest = (online or allowed) - set(timing)
+    except OSError:
+        pass
+    mine = os.getpid()
+    moved = kept = 0
+    for pid in (p for p in os.listdir(proc) if p.isdigit()):
+        if int(pid) == mine:
+            continue
+        try:
+            tids = os.listdir(f"{proc}/{pid}/task")
+        except OSError:
+            continue
+        for tid in tids:
+            try:
+                cpus = os.sched_getaffinity(int(tid))
+                if not cpus & set(timing):
+                    continue
+                left = cpus - set(timing)
+                os.sched_setaffinity(int(tid), left or rest)
+                moved += 1
+            except OSError:  # a per-CPU kernel thread (or one that just ended)
+                kept += 1
+    report["threads_moved"], report["threads_kept"] = moved, kept
+    mask = _cpu_mask_hex(rest)
+    report["workqueue"] = _write_quietly(Path(sysfs, "devices/virtual/workqueue/cpumask"), mask)
+    irqs = [d for d in Path(proc, "irq").glob("*") if d.name.isdigit()] if Path(proc, "irq").is_dir() else []
+    report["irqs_moved"] = sum(_write_quietly(d / "smp_affinity", mask) for d in irqs)
+    report["irqs"] = len(irqs)
+    _write_quietly(Path(proc, "irq/default_smp_affinity"), mask)
+    return report
+
+
+def _write_quietly(path: Path, text: str) -> bool:
+    try:
+        path.write_text(text + "\n")
+        return True
+    except OSError:
+        return False
+
+
+def _parse_cpu_list(text: str) -> set[int]:
+    """``0-3,8`` -> {0, 1, 2, 3, 8}."""
+    out: set[int] = set()
+    for part in text.strip().split(","):
+        if not part:
+            continue
+        lo, _, hi = part.partition("-")
+        out.update(range(int(lo), int(hi or lo) + 1))
+    return out
+
+
+def keep_workflow_off_timing_cpus(n_devices: int) -> list[int]:
+    """In the workflow's own process: reserve one timing CPU per device and move this process
+    (and so everything it will start) onto the other CPUs; returns the timing CPUs ([] when
+    the machine is too small or has no devices; then nothing changes).
+
+    Only the lock holder's timing thread is moved onto its device's timing CPU later, so no
+    job's start-up (interpreter, imports), no Snakemake bookkeeping and no compiler can be
+    scheduled there while a job times its calls. Workers alone keeping off it (their own
+    :func:`reserve_timing_cpus`) left these processes free to land on it: on the H200 run
+    timed 0.03 ms calls were then and then stretched to 4 or 8 ms, most often when the other
+    CPUs were saturated.
+    """
+    if not hasattr(os, "sched_setaffinity"):
+        return []
+    already = reserved_plan(os.sched_getaffinity(0))
+    if already:  # a parent workflow already did: keep its plan, and its mask for this process
+        _set_process_affinity(already[1])
+        return already[0]
+    timing, rest = core_plan(os.sched_getaffinity(0), n_devices)
+    if not timing:
+        return []
+    _set_process_affinity(rest)
+    os.environ[RESERVED_ENV] = ",".join(map(str, timing))
+    if os.environ.get(ISOLATE_SYSTEM_ENV, "") not in ("", "0"):
+        report = isolate_system(timing)
+        os.environ[ISOLATED_ENV] = json.dumps(report, sort_keys=True)
+    return timing
+
+
+def _pin_to_timing_cpu():
+    """Move the calling thread onto the reserved timing CPU; returns the mask to restore."""
+    cpu = os.environ.get(TIMING_CPU_ENV, "")
+    if not cpu or not hasattr(os, "sched_setaffinity"):
+        return None
+    before = os.sched_getaffinity(0)
+    try:
+        os.sched_setaffinity(0, {int(cpu)})
+    except (OSError, ValueError):
+        return None
+    return before
+
+
+def timing_cpu_of(index: int) -> int | None:
+    """The timing CPU of visible device ``index`` (None when none was reserved)."""
+    return _TIMING_PLAN[index] if 0 <= index < len(_TIMING_PLAN) else None
