@@ -1,6 +1,6 @@
-# Helpers only: config validation, the task table, paths and input functions.
-import glob
-import re
+# Helpers only: config validation, the task table, paths and input functions. The logic
+# lives in l1bench.plan (tested in tests/test_plan.py): the helpers here pass it the
+# workflow's globals, and keep what needs Snakemake (workflow, ancient, WorkflowError).
 import subprocess
 import sys
 from pathlib import Path
@@ -17,31 +17,13 @@ NOT_INSTALLED = (
 
 try:
     from l1bench import release as rel
-    from l1bench import archive, fetch, freshness, lifeline, preflight, recovery
+    from l1bench import archive, fetch, freshness, lifeline, plan, preflight, recovery
     from l1bench.io import logs_dir
     from l1bench.results import AGREEMENT
 except ModuleNotFoundError as err:
     if err.name != "l1bench":
         raise
     sys.exit(NOT_INSTALLED)
-
-
-def _normalise_cli_booleans(cfg):
-    """--config values as the command line gives them, typed as the schema wants (before validation)."""
-    for key in ("aggregate_only",):
-        val = cfg.get(key)
-        if isinstance(val, str) and val.lower() in (
-            "true",
-            "false",
-            "1",
-            "0",
-            "yes",
-            "no",
-        ):
-            cfg[key] = val.lower() in ("true", "1", "yes")
-    # --config device=3090 arrives as the integer 3090: the release names are strings
-    if isinstance(cfg.get("device"), int) and not isinstance(cfg.get("device"), bool):
-        cfg["device"] = str(cfg["device"])
 
 
 def validate_config():
@@ -55,7 +37,7 @@ def validate_config():
         raise WorkflowError(line or str(err).strip().splitlines()[0]) from None
 
 
-_normalise_cli_booleans(config)
+plan.normalise_cli_values(config)
 validate_config()
 
 DEVICE = config["device"]
@@ -63,17 +45,11 @@ RES = f"{config['results_dir']}/{DEVICE}"
 # job logs: logs/<device> for results/<device>, a folder of their own for other trees
 LOGS = logs_dir(RES)
 IS_DEMO = DEVICE == "demo"
-DEMO_RELEASE = "config/demo"
-PROTOCOLS = (
-    ["paper", "strict"] if config["protocol"] == "both" else [config["protocol"]]
-)
-MODES = [m for m in rel.MODES if m in config["modes"]]
-STRICT_MODES = [m for m in MODES if m in (config["strict"]["modes"] or MODES)]
-RELEASE_PATH = f"optimized_cuda_code/{DEVICE}.json"
-BASELINE_PATHS = {
-    "cuda_graph": "more_baselines/cuda_graph.json",
-    "cudnn": "more_baselines/cudnn.json",
-}
+PROTOCOLS = plan.protocols(config["protocol"])
+MODES = plan.modes(config["modes"])
+STRICT_MODES = plan.strict_modes(MODES, config["strict"]["modes"])
+RELEASE_PATH = plan.release_path(DEVICE)
+BASELINE_PATHS = plan.BASELINE_PATHS
 
 
 def check_release_dir():
@@ -89,28 +65,20 @@ check_release_dir()
 
 
 def release_root():
-    """Folder holding the release: the demo, a user's copy, or the download cache."""
-    if IS_DEMO:
-        return DEMO_RELEASE
-    if config["release_dir"]:
-        return config["release_dir"]
-    return f"resources/cuda-l1/{config['upstream']['commit']}"
+    """plan.release_root of this run."""
+    return plan.release_root(
+        IS_DEMO, config["release_dir"], config["upstream"]["commit"]
+    )
 
 
 def release_inputs():
-    """Release files needed by the split (the release plus more_baselines, except for the demo)."""
-    root = release_root()
-    files = {"release": f"{root}/{RELEASE_PATH}"}
-    if not IS_DEMO:
-        files.update({k: f"{root}/{v}" for k, v in BASELINE_PATHS.items()})
-    return files
+    """plan.release_inputs of this run."""
+    return plan.release_inputs(release_root(), DEVICE, IS_DEMO)
 
 
 def expected_sha256(path):
-    """Pinned checksum of a release-relative path (config overrides win); None for the demo."""
-    if IS_DEMO:
-        return None
-    return config["release_sha256"].get(path, fetch.PINNED_SHA256.get(path))
+    """plan.expected_sha256 with the config's overrides."""
+    return plan.expected_sha256(path, IS_DEMO, config["release_sha256"])
 
 
 def release_fingerprint():
@@ -121,34 +89,16 @@ def release_fingerprint():
 
 
 def load_local_release():
-    """The parsed release if it is on disk (demo, release_dir or download cache), else None.
-
-    Checksums are verified and the file parsed here, so bad input stops the run before any
-    job with one line naming the file, line and field.
-    """
-    files = release_inputs()
-    if not Path(files["release"]).exists():
-        return None
-    present = {k: p for k, p in files.items() if Path(p).exists()}
+    """plan.load_release_files: the parsed release if it is on disk, else None; bad input
+    stops the run before any job with one line."""
+    checksums = {
+        "release": expected_sha256(RELEASE_PATH),
+        **{k: expected_sha256(v) for k, v in BASELINE_PATHS.items()},
+    }
     try:
-        for key, path in present.items():
-            sha = expected_sha256(
-                RELEASE_PATH if key == "release" else BASELINE_PATHS[key]
-            )
-            if sha:
-                fetch.verify_local(path, sha)
-        tasks = rel.load_release(
-            present["release"], {k: present.get(k) for k in BASELINE_PATHS}
-        )
-    except (rel.ReleaseError, fetch.FetchError) as err:
+        return plan.load_release_files(release_inputs(), checksums)
+    except (rel.ReleaseError, fetch.FetchError, plan.PlanError) as err:
         raise WorkflowError(str(err)) from None
-    missing = sorted(set(files) - set(present))
-    if missing:
-        raise WorkflowError(
-            f"{files[missing[0]]}: not found (a release folder holds optimized_cuda_code/ "
-            "and more_baselines/ as in the upstream repository)"
-        )
-    return tasks
 
 
 def materialise_task_folders(tasks):
@@ -167,25 +117,12 @@ def materialise_task_folders(tasks):
         split.split_release(tasks, Path(f"{RES}/tasks"), DEVICE, info, wanted=stale)
 
 
-def task_index():
-    """(level, task) pairs of the release: read from it when present, else KernelBench's."""
-    if LOCAL_RELEASE is not None:
-        return [(t.level, t.task) for t in LOCAL_RELEASE]
-    return [
-        (lv, tk) for lv, n in rel.KERNELBENCH_LEVELS.items() for tk in range(1, n + 1)
-    ]
-
-
 def selected_tids():
+    """plan.selected_tids of the config's selection; a bad or empty one stops the run."""
     try:
-        ids = rel.select_tasks(ALL_IDS, config["levels"], config["tasks"])
-    except rel.ReleaseError as err:
+        return plan.selected_tids(ALL_IDS, config["levels"], config["tasks"])
+    except (rel.ReleaseError, plan.PlanError) as err:
         raise WorkflowError(str(err)) from None
-    if not ids:
-        raise WorkflowError(
-            "config: the task selection (levels, tasks) matches no task of the release"
-        )
-    return [rel.task_id(lv, tk) for lv, tk in ids]
 
 
 def reserve_timing_cpus():
@@ -233,14 +170,11 @@ recover_from_a_killed_run()
 LOCAL_RELEASE = load_local_release()
 if LOCAL_RELEASE is not None:
     materialise_task_folders(LOCAL_RELEASE)
-ALL_IDS = task_index()
+ALL_IDS = plan.task_index(LOCAL_RELEASE)
 ALL_TIDS = [rel.task_id(lv, tk) for lv, tk in ALL_IDS]
-ALL_TIDS_SET = set(ALL_TIDS)
 TIDS = selected_tids()
 FINGERPRINT = release_fingerprint()
-NO_CODE_TIDS = {
-    rel.task_id(t.level, t.task) for t in LOCAL_RELEASE or () if t.custom_missing
-}
+NO_CODE_TIDS = plan.no_code_tids(LOCAL_RELEASE)
 
 
 wildcard_constraints:
@@ -250,35 +184,15 @@ wildcard_constraints:
 
 
 def timeout(kind):
-    """A job's timeout; the demo caps them (demo_section: the stretch its hanging task holds
-    the lock, which every other demo job waits for)."""
-    t = config["timeouts"][kind]
-    if not IS_DEMO:
-        return t
-    return min(
-        t, config["timeouts"]["demo_section" if kind == "gpu_section" else "demo"]
-    )
+    """plan.timeout of this run."""
+    return plan.timeout(config["timeouts"], kind, IS_DEMO)
 
 
 def task_paths(kind, protocols=None, modes=None):
-    """Result files of one stage for the selected tasks."""
-    if kind == "meta":
-        return expand(f"{RES}/tasks/{{tid}}/meta.json", tid=TIDS)
-    if kind in ("build", "check"):
-        return expand(f"{RES}/{kind}/{{tid}}.json", tid=TIDS)
-    paths = []
-    for protocol in protocols or PROTOCOLS:
-        in_protocol = STRICT_MODES if protocol == "strict" else MODES
-        paths += expand(
-            f"{RES}/time/{protocol}/{{mode}}/{{tid}}.json",
-            mode=[m for m in modes or MODES if m in in_protocol],
-            tid=TIDS,
-        )
-    return paths
-
-
-def existing(paths):
-    return [p for p in paths if Path(p).exists()]
+    """plan.task_paths of the selected tasks (protocols, modes: a narrower choice)."""
+    return plan.task_paths(
+        RES, kind, TIDS, protocols or PROTOCOLS, MODES, STRICT_MODES, modes
+    )
 
 
 def task_meta(result):
@@ -289,10 +203,8 @@ def task_meta(result):
     """
 
     def meta(wildcards):
-        if (
-            LOCAL_RELEASE is None
-            and Path(result.format(**dict(wildcards.items()))).exists()
-        ):
+        path = result.format(**dict(wildcards.items()))
+        if plan.meta_input_skipped(LOCAL_RELEASE is not None, path):
             return []
         return ancient(f"{RES}/tasks/{wildcards.tid}/meta.json")
 
@@ -302,98 +214,50 @@ def task_meta(result):
 def scan_meta():
     """The scan's meta.json inputs (ancient), or none while the release is still to be split
     and the scan exists (as task_meta)."""
-    if LOCAL_RELEASE is None and Path(f"{RES}/reference_scan.json").exists():
+    if plan.meta_input_skipped(LOCAL_RELEASE is not None, f"{RES}/reference_scan.json"):
         return []
     return ancient(task_paths("meta"))
 
 
-def results_on_disk(kind):
-    """check or time results of this device on disk, whatever the selection (sorted)."""
-    pattern = re.compile(r"L\d+_T\d{3}\.json")
-    if kind == "check":
-        found = Path(RES).glob("check/*.json")
-    else:
-        found = (
-            p
-            for p in Path(RES).glob("time/*/*/*.json")
-            if p.parent.parent.name in ("paper", "strict")
-            and p.parent.name in rel.MODES
-        )
-    return sorted(
-        str(p) for p in found if pattern.fullmatch(p.name) and p.stem in ALL_TIDS_SET
-    )
-
-
-def with_results_on_disk(kind, selected):
-    """The selection's results, then those on disk outside it: the tables cover every result
-    of the device, so a narrower run never drops results from them."""
-    chosen = set(selected)
-    return selected + [p for p in results_on_disk(kind) if p not in chosen]
-
-
 def aggregate_inputs():
-    """Inputs of the aggregate: every result of the selection (only those on disk with
-    aggregate_only) and every other result of the device on disk."""
-    pick = existing if config["aggregate_only"] else list
-    check = with_results_on_disk("check", pick(task_paths("check")))
-    time_ = with_results_on_disk("time", pick(task_paths("time")))
-    tids = set(TIDS) | {Path(p).stem for p in check + time_}
-    return {
-        # task metadata (published scores) is always needed: split_release is cheap and CPU-only
-        "meta": [f"{RES}/tasks/{tid}/meta.json" for tid in ALL_TIDS if tid in tids],
-        "check": check,
-        "time": time_,
-        # CPU scan for degenerate references (constant or zero output)
-        "scan": pick([f"{RES}/reference_scan.json"]),
-        # committed annotation of results made before the worker recorded failed
-        # extension builds itself (read when present)
-        "extension_failures": existing([curation("extension_failures.json")]),
-        # committed list of flags a later detector fix showed to be false (read when present)
-        "withdrawn_flags": existing([curation("withdrawn_flags.json")]),
-    }
+    """plan.aggregate_inputs of this run: the selection's results and the device's others."""
+    return plan.aggregate_inputs(
+        RES,
+        DEVICE,
+        TIDS,
+        ALL_TIDS,
+        task_paths("check"),
+        task_paths("time"),
+        config["aggregate_only"],
+    )
 
 
 def all_targets():
-    """Every result of the selection plus the report: a missing result is always planned,
-    even when a (committed) report already exists."""
-    results = (
-        [] if config["aggregate_only"] else task_paths("check") + task_paths("time")
+    """plan.all_targets: every result of the selection plus the report."""
+    return plan.all_targets(
+        task_paths("check"),
+        task_paths("time"),
+        report_outputs(),
+        config["aggregate_only"],
     )
-    return results + report_outputs()
 
 
 def slice_reports():
-    """{name: task-list file} of config ``slice_reports`` (name = the file's stem)."""
-    out = {}
-    for path in config["slice_reports"]:
-        if not Path(path).is_file():
-            raise WorkflowError(f"config slice_reports: {path}: no such file")
-        out[Path(path).stem] = path
-    return out
-
-
-def curation(name):
-    """A hand-made input of a device's tables: config/curation/<device>/<name> (each file says
-    why it exists in its "about")."""
-    return f"config/curation/{DEVICE}/{name}"
+    """plan.slice_reports of config ``slice_reports``; a missing file stops the run."""
+    try:
+        return plan.slice_reports(config["slice_reports"])
+    except plan.PlanError as err:
+        raise WorkflowError(str(err)) from None
 
 
 def report_outputs():
-    names = [
-        "scores.csv",
-        "summary.md",
-        "per_task.md",
-        "README.md",
-        "extension_failures.md",
-    ]
-    figs = ["figures/measured_vs_published.png", "figures/ratio_hist.png"]
-    slices = [f"slices/{name}.md" for name in slice_reports()]
-    return [f"{RES}/{n}" for n in names + figs + slices]
+    """plan.report_outputs of this run."""
+    return plan.report_outputs(RES, slice_reports())
 
 
 def table_params():
-    """The parameters that shape the tables (besides their inputs), recorded with them."""
-    return {"device": DEVICE, "ceiling": config["detectors"]["speedup_ceiling"]}
+    """plan.table_params of this run."""
+    return plan.table_params(DEVICE, config)
 
 
 TABLES_RECORD = f"{RES}/{freshness.RECORD}"
@@ -403,51 +267,32 @@ def keep_current_tables_current():
     """Tables whose inputs are what they were made from are not re-rendered because of file
     dates (a fresh clone): l1bench.freshness."""
     inputs = [p for paths in aggregate_inputs().values() for p in paths]
-    tables = [p for p in report_outputs() if "/slices/" not in p] + [TABLES_RECORD]
-    followers = {
-        f"{RES}/slices/{name}.md": [path] for name, path in slice_reports().items()
-    }
+    tables, followers = plan.tables_followed(
+        RES, report_outputs(), TABLES_RECORD, slice_reports()
+    )
     freshness.mark_current(
         TABLES_RECORD, RES, inputs, table_params(), tables, followers
     )
 
 
 def evaluation_params(kind):
-    """Protocol parameters of a stage: hashed by Snakemake, so changing one reruns the stage."""
-    p = {"release": FINGERPRINT, "paper": config["paper"]}
-    if kind == "build":
-        return {"release": FINGERPRINT, "build": config["build"]}
-    if kind == "check" and config["protocol"] != "paper":
-        p["detectors"] = config["detectors"] | {
-            "seed": config["paper"]["seed"],
-            "atol": config["paper"]["atol"],
-            "rtol": config["paper"]["rtol"],
-        }
-    return p
+    """plan.evaluation_params of this run."""
+    return plan.evaluation_params(kind, FINGERPRINT, config)
 
 
 def time_priority(wildcards):
-    """Time jobs before checks (priority 9): a task's modes are timed as soon as its check
-    passes, so an interrupted run leaves whole tasks. Paper results before strict ones; the
-    torch.compile modes first among them, so their long CPU-bound code generation starts
-    early and overlaps with the GPU work of the others instead of forming the tail."""
-    if wildcards.protocol == "strict":
-        return 5
-    return 12 if wildcards.mode.startswith("torch_compile") else 10
+    """plan.time_priority of a time job."""
+    return plan.time_priority(wildcards.protocol, wildcards.mode)
 
 
 def compile_slots(wildcards):
-    """1 for a torch.compile-mode time job, else 0: the profile's ``compile`` resource caps
-    how many run their CPU-bound code generation at once, so the remaining job slots keep
-    eager-mode jobs (which mostly wait for the GPU lock) feeding the GPU."""
-    return 1 if wildcards.mode.startswith("torch_compile") else 0
+    """plan.compile_slots of a time job."""
+    return plan.compile_slots(wildcards.mode)
 
 
 def strict_params(wildcards):
-    """The strict protocol's parameters (without the mode selection, which is not one)."""
-    if wildcards.protocol != "strict":
-        return None
-    return {k: v for k, v in config["strict"].items() if k != "modes"}
+    """plan.strict_params of a time job."""
+    return plan.strict_params(wildcards.protocol, config["strict"])
 
 
 def gpu_available():
@@ -468,30 +313,15 @@ def planned_jobs():
     ]
 
 
-EVALUATION_RULES = ("build_task", "check_task", "time_task", "scan_references")
-
-
 def require_split_first(planned):
     """A finished result to be redone (forced, changed parameters) while the release is still
     to be fetched and split in this run took no meta.json input (task_meta): stop, one line.
     """
     if LOCAL_RELEASE is not None:
         return
-    redo = sorted(
-        out
-        for rule, outs in planned
-        if rule in EVALUATION_RULES
-        for out in outs
-        if Path(out).exists()
-    )
+    redo = plan.redone_before_split(planned)
     if redo:
-        print(
-            f"{redo[0]}{f' and {len(redo) - 1} more' if len(redo) > 1 else ''} "
-            "would be redone before the release is split; "
-            f"fetch and split it first (snakemake --cores 1 --config device={DEVICE} --until split_release), "
-            "then run again",
-            file=sys.stderr,
-        )
+        print(plan.split_first_message(redo, DEVICE), file=sys.stderr)
         sys.exit(1)
 
 
@@ -505,13 +335,7 @@ def require_gpu_if_needed(planned):
         workflow.local_exec, IS_DEMO, config["aggregate_only"]
     ):
         return
-    pending = {out for _, outs in planned for out in outs}
-    outputs = [
-        out
-        for rule, outs in planned
-        if rule in ("check_task", "time_task")
-        for out in outs
-    ]
+    outputs, pending = plan.gpu_job_outputs(planned)
     needed = preflight.gpu_jobs(
         outputs, RES, NO_CODE_TIDS, config["max_attempts"], pending
     )
@@ -560,7 +384,7 @@ def tree_inputs(tree, results="paper/default"):
     """What a report reads of one results tree: the unpacked folder of the archive that holds
     it, or its time results (``results``: protocol/mode globs; ancient: a report never plans a
     time job)."""
-    name = archive.holder(tree, ARCHIVES)
-    if name is not None:
-        return ARCHIVES[name]["unpacks"]
-    return ancient(sorted(glob.glob(f"{tree}/time/{results}/*.json")))
+    folder = plan.unpacked_tree(tree, ARCHIVES)
+    if folder is not None:
+        return folder
+    return ancient(plan.tree_results(tree, results))

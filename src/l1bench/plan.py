@@ -1,0 +1,423 @@
+"""What the workflow plans: the paths, inputs and parameters its rules are made of, computed
+from the config and the task selection. Used by rules/common.smk, whose helpers stay thin
+wrappers that pass the workflow's globals (results root, task ids, modes, protocols, config);
+everything here takes them as arguments, so it is tested without Snakemake (tests/test_plan.py).
+
+* the selection: :func:`protocols`, :func:`modes`, :func:`strict_modes`, :func:`task_index`,
+  :func:`selected_tids`, :func:`no_code_tids`
+* the release: :func:`release_root`, :func:`release_inputs`, :func:`expected_sha256`,
+  :func:`load_release_files`
+* result paths: :func:`task_paths`, :func:`existing`, :func:`results_on_disk`,
+  :func:`with_results_on_disk`
+* the tables: :func:`aggregate_inputs`, :func:`all_targets`, :func:`slice_reports`,
+  :func:`curation`, :func:`report_outputs`, :func:`table_params`, :func:`tables_followed`
+* the evaluation jobs: :func:`timeout`, :func:`evaluation_params`, :func:`time_priority`,
+  :func:`compile_slots`, :func:`strict_params`, :func:`meta_input_skipped`
+* the onstart guards' pure parts: :func:`redone_before_split`, :func:`split_first_message`,
+  :func:`gpu_job_outputs`
+* lab reports: :func:`unpacked_tree`, :func:`tree_results`
+
+Errors a user can cause raise :class:`PlanError` (one line; the workflow turns it into a
+WorkflowError), or the release's own ``ReleaseError`` / ``FetchError``.
+"""
+
+from __future__ import annotations
+
+import glob
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+
+from l1bench import archive, fetch
+from l1bench import release as rel
+
+#: The embedded CPU release of ``device: demo``.
+DEMO_RELEASE = "config/demo"
+
+#: The release's baseline files, relative to the release folder.
+BASELINE_PATHS = {
+    "cuda_graph": "more_baselines/cuda_graph.json",
+    "cudnn": "more_baselines/cudnn.json",
+}
+
+#: Rules whose jobs make build, check, time results or the reference scan.
+EVALUATION_RULES = ("build_task", "check_task", "time_task", "scan_references")
+
+#: The results' protocols (the time results' first folder level).
+ALL_PROTOCOLS = ("paper", "strict")
+
+_RESULT_NAME = re.compile(r"L\d+_T\d{3}\.json")
+
+_CLI_BOOLEANS = ("aggregate_only",)
+
+
+class PlanError(ValueError):
+    """A config or selection the workflow cannot plan; ``str(err)`` is one line."""
+
+
+# --------------------------------------------------------------------------- config
+
+
+def normalise_cli_values(cfg: dict) -> None:
+    """--config values as the command line gives them, typed as the schema wants (before validation)."""
+    for key in _CLI_BOOLEANS:
+        val = cfg.get(key)
+        if isinstance(val, str) and val.lower() in (
+            "true",
+            "false",
+            "1",
+            "0",
+            "yes",
+            "no",
+        ):
+            cfg[key] = val.lower() in ("true", "1", "yes")
+    # --config device=3090 arrives as the integer 3090: the release names are strings
+    if isinstance(cfg.get("device"), int) and not isinstance(cfg.get("device"), bool):
+        cfg["device"] = str(cfg["device"])
+
+
+# --------------------------------------------------------------------------- the selection
+
+
+def protocols(protocol: str) -> list[str]:
+    """The protocols a run times: ``both`` is paper and strict."""
+    return list(ALL_PROTOCOLS) if protocol == "both" else [protocol]
+
+
+def modes(selected: Iterable[str]) -> list[str]:
+    """The selected modes, in the release's order (rel.MODES)."""
+    selected = set(selected)
+    return [m for m in rel.MODES if m in selected]
+
+
+def strict_modes(run_modes: Sequence[str], strict_selection: Iterable[str] | None) -> list[str]:
+    """The modes timed strictly: config ``strict.modes`` among the run's modes (null or empty: all)."""
+    chosen = set(strict_selection or run_modes)
+    return [m for m in run_modes if m in chosen]
+
+
+def release_path(device: str) -> str:
+    """The release file of a device, relative to the release folder."""
+    return f"optimized_cuda_code/{device}.json"
+
+
+def task_index(local_release) -> list[tuple[int, int]]:
+    """(level, task) pairs of the release: read from it when present, else KernelBench's."""
+    if local_release is not None:
+        return [(t.level, t.task) for t in local_release]
+    return [(lv, tk) for lv, n in rel.KERNELBENCH_LEVELS.items() for tk in range(1, n + 1)]
+
+
+def selected_tids(all_ids, levels, tasks) -> list[str]:
+    """Task ids of the selection (config ``levels``, ``tasks``); a bad selector raises the
+    release's ReleaseError, an empty selection PlanError."""
+    ids = rel.select_tasks(all_ids, levels, tasks)
+    if not ids:
+        raise PlanError("config: the task selection (levels, tasks) matches no task of the release")
+    return [rel.task_id(lv, tk) for lv, tk in ids]
+
+
+def no_code_tids(local_release) -> set[str]:
+    """Task ids whose custom code the release lacks (none while the release is not on disk)."""
+    return {rel.task_id(t.level, t.task) for t in local_release or () if t.custom_missing}
+
+
+# --------------------------------------------------------------------------- the release
+
+
+def release_root(is_demo: bool, release_dir: str | None, commit: str) -> str:
+    """Folder holding the release: the demo, a user's copy, or the download cache."""
+    if is_demo:
+        return DEMO_RELEASE
+    if release_dir:
+        return release_dir
+    return f"resources/cuda-l1/{commit}"
+
+
+def release_inputs(root: str, device: str, is_demo: bool) -> dict[str, str]:
+    """Release files needed by the split (the release plus more_baselines, except for the demo)."""
+    files = {"release": f"{root}/{release_path(device)}"}
+    if not is_demo:
+        files.update({k: f"{root}/{v}" for k, v in BASELINE_PATHS.items()})
+    return files
+
+
+def expected_sha256(path: str, is_demo: bool, overrides: Mapping[str, str]) -> str | None:
+    """Pinned checksum of a release-relative path (config overrides win); None for the demo."""
+    if is_demo:
+        return None
+    return overrides.get(path, fetch.PINNED_SHA256.get(path))
+
+
+def load_release_files(files: Mapping[str, str], checksums: Mapping[str, str | None]):
+    """The parsed release if its file is on disk, else None. ``files``: release_inputs;
+    ``checksums``: the expected sha256 of each key (None: not checked).
+
+    Checksums are verified and the file parsed here, so bad input stops the run before any
+    job with one line naming the file, line and field (fetch.FetchError, rel.ReleaseError); a
+    baseline file missing beside the release raises PlanError.
+    """
+    if not Path(files["release"]).exists():
+        return None
+    present = {k: p for k, p in files.items() if Path(p).exists()}
+    for key, path in present.items():
+        sha = checksums.get(key)
+        if sha:
+            fetch.verify_local(path, sha)
+    tasks = rel.load_release(present["release"], {k: present.get(k) for k in BASELINE_PATHS})
+    missing = sorted(set(files) - set(present))
+    if missing:
+        raise PlanError(
+            f"{files[missing[0]]}: not found (a release folder holds optimized_cuda_code/ "
+            "and more_baselines/ as in the upstream repository)"
+        )
+    return tasks
+
+
+# --------------------------------------------------------------------------- result paths
+
+
+def task_paths(
+    res: str,
+    kind: str,
+    tids: Sequence[str],
+    run_protocols: Sequence[str] = (),
+    run_modes: Sequence[str] = (),
+    run_strict_modes: Sequence[str] = (),
+    only_modes: Sequence[str] | None = None,
+) -> list[str]:
+    """Result files of one stage (``meta``, ``build``, ``check``, ``time``) for the tasks
+    ``tids`` under the results root ``res``. Time results: per protocol of ``run_protocols``,
+    per mode (of ``only_modes`` when given, else of ``run_modes``) the protocol times
+    (``run_strict_modes`` for strict, ``run_modes`` for paper), per task."""
+    if kind == "meta":
+        return [f"{res}/tasks/{tid}/meta.json" for tid in tids]
+    if kind in ("build", "check"):
+        return [f"{res}/{kind}/{tid}.json" for tid in tids]
+    paths = []
+    for protocol in run_protocols:
+        in_protocol = run_strict_modes if protocol == "strict" else run_modes
+        for mode in [m for m in only_modes or run_modes if m in in_protocol]:
+            paths += [f"{res}/time/{protocol}/{mode}/{tid}.json" for tid in tids]
+    return paths
+
+
+def existing(paths: Iterable[str]) -> list[str]:
+    """The paths that exist, in their order."""
+    return [p for p in paths if Path(p).exists()]
+
+
+def results_on_disk(res: str, kind: str, known_tids: Iterable[str]) -> list[str]:
+    """check or time results under the results root ``res`` on disk, whatever the selection
+    (sorted): only those named for a task of ``known_tids``, and time results only in a
+    protocol/mode folder."""
+    known = set(known_tids)
+    if kind == "check":
+        found = Path(res).glob("check/*.json")
+    else:
+        found = (
+            p
+            for p in Path(res).glob("time/*/*/*.json")
+            if p.parent.parent.name in ALL_PROTOCOLS and p.parent.name in rel.MODES
+        )
+    return sorted(str(p) for p in found if _RESULT_NAME.fullmatch(p.name) and p.stem in known)
+
+
+def with_results_on_disk(res: str, kind: str, selected: list[str], known_tids: Iterable[str]) -> list[str]:
+    """The selection's results, then those on disk outside it: the tables cover every result
+    of the device, so a narrower run never drops results from them."""
+    chosen = set(selected)
+    return selected + [p for p in results_on_disk(res, kind, known_tids) if p not in chosen]
+
+
+# --------------------------------------------------------------------------- the tables
+
+
+def curation(device: str, name: str) -> str:
+    """A hand-made input of a device's tables: config/curation/<device>/<name> (each file says
+    why it exists in its "about")."""
+    return f"config/curation/{device}/{name}"
+
+
+def aggregate_inputs(
+    res: str,
+    device: str,
+    tids: Sequence[str],
+    all_tids: Sequence[str],
+    check: list[str],
+    time: list[str],
+    aggregate_only: bool,
+) -> dict[str, list[str]]:
+    """Inputs of the aggregate: every result of the selection (``check``, ``time``: the
+    selection's paths; only those on disk with ``aggregate_only``) and every other result of
+    the device on disk (of a task of ``all_tids``)."""
+    pick = existing if aggregate_only else list
+    check = with_results_on_disk(res, "check", pick(check), all_tids)
+    time_ = with_results_on_disk(res, "time", pick(time), all_tids)
+    tids = set(tids) | {Path(p).stem for p in check + time_}
+    return {
+        # task metadata (published scores) is always needed: split_release is cheap and CPU-only
+        "meta": [f"{res}/tasks/{tid}/meta.json" for tid in all_tids if tid in tids],
+        "check": check,
+        "time": time_,
+        # CPU scan for degenerate references (constant or zero output)
+        "scan": pick([f"{res}/reference_scan.json"]),
+        # committed annotation of results made before the worker recorded failed
+        # extension builds itself (read when present)
+        "extension_failures": existing([curation(device, "extension_failures.json")]),
+        # committed list of flags a later detector fix showed to be false (read when present)
+        "withdrawn_flags": existing([curation(device, "withdrawn_flags.json")]),
+    }
+
+
+def all_targets(check: list[str], time: list[str], reports: list[str], aggregate_only: bool) -> list[str]:
+    """Every result of the selection (``check``, ``time``) plus the report: a missing result
+    is always planned, even when a (committed) report already exists. None with
+    ``aggregate_only``."""
+    results = [] if aggregate_only else check + time
+    return results + reports
+
+
+def slice_reports(paths: Iterable[str]) -> dict[str, str]:
+    """{name: task-list file} of config ``slice_reports`` (name = the file's stem); a file that
+    does not exist raises PlanError."""
+    out = {}
+    for path in paths:
+        if not Path(path).is_file():
+            raise PlanError(f"config slice_reports: {path}: no such file")
+        out[Path(path).stem] = path
+    return out
+
+
+def report_outputs(res: str, slice_names: Iterable[str]) -> list[str]:
+    """The tables, figures and report of the results root ``res``, and its slice reports."""
+    names = [
+        "scores.csv",
+        "summary.md",
+        "per_task.md",
+        "README.md",
+        "extension_failures.md",
+    ]
+    figs = ["figures/measured_vs_published.png", "figures/ratio_hist.png"]
+    slices = [f"slices/{name}.md" for name in slice_names]
+    return [f"{res}/{n}" for n in names + figs + slices]
+
+
+def table_params(device: str, config: Mapping) -> dict:
+    """The parameters that shape the tables (besides their inputs), recorded with them."""
+    return {"device": device, "ceiling": config["detectors"]["speedup_ceiling"]}
+
+
+def tables_followed(
+    res: str, outputs: list[str], record: str, slices: Mapping[str, str]
+) -> tuple[list[str], dict[str, list[str]]]:
+    """What freshness.mark_current keeps current: the aggregate's tables (``outputs`` without
+    the slice reports, plus the ``record``), and each slice report with the task-list file it
+    follows besides the tables."""
+    tables = [p for p in outputs if "/slices/" not in p] + [record]
+    followers = {f"{res}/slices/{name}.md": [path] for name, path in slices.items()}
+    return tables, followers
+
+
+# --------------------------------------------------------------------------- the evaluation jobs
+
+
+def timeout(timeouts: Mapping[str, int], kind: str, is_demo: bool) -> int:
+    """A job's timeout (config ``timeouts``); the demo caps them (demo_section: the stretch its
+    hanging task holds the lock, which every other demo job waits for)."""
+    t = timeouts[kind]
+    if not is_demo:
+        return t
+    return min(t, timeouts["demo_section" if kind == "gpu_section" else "demo"])
+
+
+def evaluation_params(kind: str, fingerprint: str | None, config: Mapping) -> dict:
+    """Protocol parameters of a stage: hashed by Snakemake, so changing one reruns the stage.
+    ``fingerprint``: what identifies the release content."""
+    p = {"release": fingerprint, "paper": config["paper"]}
+    if kind == "build":
+        return {"release": fingerprint, "build": config["build"]}
+    if kind == "check" and config["protocol"] != "paper":
+        p["detectors"] = config["detectors"] | {
+            "seed": config["paper"]["seed"],
+            "atol": config["paper"]["atol"],
+            "rtol": config["paper"]["rtol"],
+        }
+    return p
+
+
+def time_priority(protocol: str, mode: str) -> int:
+    """Time jobs before checks (priority 9): a task's modes are timed as soon as its check
+    passes, so an interrupted run leaves whole tasks. Paper results before strict ones; the
+    torch.compile modes first among them, so their long CPU-bound code generation starts
+    early and overlaps with the GPU work of the others instead of forming the tail."""
+    if protocol == "strict":
+        return 5
+    return 12 if mode.startswith("torch_compile") else 10
+
+
+def compile_slots(mode: str) -> int:
+    """1 for a torch.compile-mode time job, else 0: the profile's ``compile`` resource caps
+    how many run their CPU-bound code generation at once, so the remaining job slots keep
+    eager-mode jobs (which mostly wait for the GPU lock) feeding the GPU."""
+    return 1 if mode.startswith("torch_compile") else 0
+
+
+def strict_params(protocol: str, strict: Mapping) -> dict | None:
+    """The strict protocol's parameters (config ``strict`` without the mode selection, which
+    is not one); None for the paper protocol."""
+    if protocol != "strict":
+        return None
+    return {k: v for k, v in strict.items() if k != "modes"}
+
+
+def meta_input_skipped(release_on_disk: bool, result: str) -> bool:
+    """True when the job making ``result`` takes no meta.json input: while the release is
+    still to be fetched and split in this run and ``result`` already exists, the split would
+    otherwise re-plan every committed result of a fresh clone (its meta.json is new)."""
+    return not release_on_disk and Path(result).exists()
+
+
+# --------------------------------------------------------------------------- onstart guards
+
+
+def redone_before_split(planned: Iterable[tuple[str, list[str]]]) -> list[str]:
+    """Existing outputs of the evaluation jobs among ``planned`` ([(rule, outputs)]), sorted:
+    finished results to be redone (forced, changed parameters)."""
+    return sorted(out for rule, outs in planned if rule in EVALUATION_RULES for out in outs if Path(out).exists())
+
+
+def split_first_message(redo: Sequence[str], device: str) -> str:
+    """The one line that stops a run redoing ``redo`` before the release is split."""
+    return (
+        f"{redo[0]}{f' and {len(redo) - 1} more' if len(redo) > 1 else ''} "
+        "would be redone before the release is split; "
+        f"fetch and split it first (snakemake --cores 1 --config device={device} --until split_release), "
+        "then run again"
+    )
+
+
+def gpu_job_outputs(planned: Iterable[tuple[str, list[str]]]) -> tuple[list[str], set[str]]:
+    """(outputs of the planned check and time jobs, every planned output) of ``planned``
+    ([(rule, outputs)]): what the GPU guard asks preflight.gpu_jobs about."""
+    planned = list(planned)
+    pending = {out for _, outs in planned for out in outs}
+    outputs = [out for rule, outs in planned if rule in ("check_task", "time_task") for out in outs]
+    return outputs, pending
+
+
+# --------------------------------------------------------------------------- lab reports
+
+
+def unpacked_tree(tree: str, archives: Mapping[str, Mapping]) -> str | None:
+    """The folder an archive of ``archives`` (archive.read_config) unpacks that holds the
+    results tree ``tree``, None when no archive holds it."""
+    name = archive.holder(tree, archives)
+    if name is None:
+        return None
+    return archives[name]["unpacks"]
+
+
+def tree_results(tree: str, results: str = "paper/default") -> list[str]:
+    """The time results of a results tree on disk (``results``: protocol/mode globs), sorted."""
+    return sorted(glob.glob(f"{tree}/time/{results}/*.json"))
