@@ -70,6 +70,8 @@ def make_job(smk) -> dict:
     }
     if lock_dir(smk):
         job["lock_dir"] = lock_dir(smk)
+    if p.kind != "build" and (p.protocol_params.get("timing") or {}).get("shared_sections"):
+        job["shared_sections"] = True  # timing design 5 (l1bench.worker.sections.shared)
     if p.kind == "build":
         job["params"] = dict(p.protocol_params["build"]) | {"seed": 42}
     if p.kind == "check":

@@ -71,6 +71,11 @@ def normalise_cli_values(cfg: dict) -> None:
             "no",
         ):
             cfg[key] = val.lower() in ("true", "1", "yes")
+    # --config 'timing={shared_sections: true}' arrives with the string "true"
+    timing = cfg.get("timing")
+    val = timing.get("shared_sections") if isinstance(timing, dict) else None
+    if isinstance(val, str) and val.lower() in ("true", "false", "1", "0", "yes", "no"):
+        timing["shared_sections"] = val.lower() in ("true", "1", "yes")
     # --config device=3090 arrives as the integer 3090: the release names are strings
     if isinstance(cfg.get("device"), int) and not isinstance(cfg.get("device"), bool):
         cfg["device"] = str(cfg["device"])
@@ -333,10 +338,14 @@ def timeout(timeouts: Mapping[str, int], kind: str, is_demo: bool) -> int:
 
 def evaluation_params(kind: str, fingerprint: str | None, config: Mapping) -> dict:
     """Protocol parameters of a stage: hashed by Snakemake, so changing one reruns the stage.
-    ``fingerprint``: what identifies the release content."""
+    ``fingerprint``: what identifies the release content. ``timing`` (shared sections, design 5)
+    is added to check and time params only when on: off, the params (and so every committed
+    result's params hash) are as before the key existed."""
     p = {"release": fingerprint, "paper": config["paper"]}
     if kind == "build":
         return {"release": fingerprint, "build": config["build"]}
+    if (config.get("timing") or {}).get("shared_sections"):
+        p["timing"] = {"shared_sections": True}
     if kind == "check" and config["protocol"] != "paper":
         p["detectors"] = config["detectors"] | {
             "seed": config["paper"]["seed"],

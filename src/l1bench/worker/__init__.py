@@ -26,15 +26,15 @@ Modules, each importing only from those above it in this list:
   noted on results;
 * :mod:`~l1bench.worker.harness`: the published harness's primitives: timing calls and timed
   pairs, laziness and correctness checks, warm-ups, ``CustomBuilder``;
-* :mod:`~l1bench.worker.sections`: GPU sections: ``exclusive`` (the GPU lock), ``claim_gpu``,
-  ``open_device``, ``phase``;
+* :mod:`~l1bench.worker.sections`: GPU sections: ``exclusive`` (the GPU lock), ``shared`` (design
+  5's shared sections), ``claim_gpu``, ``open_device``, ``phase``;
 * :mod:`~l1bench.worker.protocols`: the timing interface ``TimingProtocol`` and its two
   implementations, ``PaperProtocol`` and ``StrictProtocol`` (delegating to
   :func:`l1bench.strict.time_strict`);
 * :mod:`~l1bench.worker.stages`: ``do_build``, ``do_check``, ``do_time`` (the setup both
   protocols share, then the protocol of ``job["protocol"]``);
 * :mod:`~l1bench.worker.entry`: ``run``, ``main`` (``__main__``), ``KINDS``, ``pick_device``,
-  ``TIMING_DESIGN``.
+  ``TIMING_DESIGN`` (``TIMING_DESIGN_SHARED`` with shared sections).
 
 This module re-exports the names used outside the package. They are bindings, not the names the
 code looks up: a test that replaces a function or state of the worker patches the module that

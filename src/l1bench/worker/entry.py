@@ -72,6 +72,13 @@ def pick_device(job: dict) -> str:
 #:    warm-up call (worker.first_pair_slowed_in_driver, renew_allocator); before, a disturbed
 #:    first pair was replaced by a pair that did not allocate.
 TIMING_DESIGN = 4
+#: 5 (opt-in: config ``timing.shared_sections``, ``job["shared_sections"]``): design 4, but GPU
+#:    work that is not timed (CUDA's start, the reference warm-up, correctness trials, placing
+#:    models; the check stage but its detectors) holds the lock *shared* with other jobs' such
+#:    work, unpinned; warm-up calls and timed pairs (the strict protocol's timing, the compile
+#:    modes' first call, the detectors) hold it exclusive, with writer preference
+#:    (:mod:`l1bench.gpulock`). Not yet measured on a GPU (docs/architecture.md).
+TIMING_DESIGN_SHARED = 5
 
 
 def _system_isolation():
@@ -108,7 +115,7 @@ def run(job: dict) -> dict:
         res = result(job, err.status, err.reason)
     note_extension_failures(res)
     if job["kind"] in ("check", "time"):
-        res["timing_design"] = TIMING_DESIGN
+        res["timing_design"] = TIMING_DESIGN_SHARED if job.get("shared_sections") else TIMING_DESIGN
     res["snippet_sha256"] = {k: sha256_text(v) for k, v in snippets.items()}
     res["params"] = job.get("params", {})
     res["provenance"] = provenance.environment(job["device"]) | {

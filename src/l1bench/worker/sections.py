@@ -4,6 +4,13 @@
 device synchronised and its cached memory handed back before release); the job's first section
 places it on whichever visible GPU is free (:func:`claim_gpu`) and starts CUDA there
 (:func:`open_device`). :func:`phase` records the wall time of a step in ``stats["phases"]``.
+
+Design 5 (opt-in, ``job["shared_sections"]``): :func:`shared` is a section for GPU work that is
+not timed (CUDA's start, the reference warm-up, correctness trials, placing models): several
+jobs may hold one at once, none while an exclusive one is held, and its holder stays off the
+timing CPU; :func:`exclusive` then takes the lock exclusive through the turnstile (writer
+preference, :class:`l1bench.gpulock.DeviceLock`). Without the flag both are today's exclusive
+section.
 """
 
 from __future__ import annotations
@@ -21,8 +28,11 @@ from l1bench.snippet import InfraError, short
 def phase(stats: dict, name: str):
     """Accumulate the wall time of a step into ``stats["phases"][name]`` and the GPU-lock time
     it held into ``stats["phases_locked"][name]`` (seconds; a step's wall also counts the
-    waits for the lock after a pause, its lock time does not)."""
+    waits for the lock after a pause, its lock time does not). Exclusive sections only: the
+    time a step held a shared section (design 5) goes to ``stats["phases_shared"][name]``
+    (steps that held one only; absent without shared sections)."""
     t0, held0 = time.perf_counter(), gpulock.DeviceLock.held_so_far(stats)
+    shared0 = gpulock.DeviceLock.held_so_far(stats, shared=True)
     try:
         yield
     finally:
@@ -30,6 +40,10 @@ def phase(stats: dict, name: str):
         phases[name] = round(phases.get(name, 0.0) + time.perf_counter() - t0, 4)
         locked = stats.setdefault("phases_locked", {})
         locked[name] = round(locked.get(name, 0.0) + gpulock.DeviceLock.held_so_far(stats) - held0, 4)
+        in_shared = gpulock.DeviceLock.held_so_far(stats, shared=True) - shared0
+        if in_shared > 0:
+            held_shared = stats.setdefault("phases_shared", {})
+            held_shared[name] = round(held_shared.get(name, 0.0) + in_shared, 4)
 
 
 def open_device(device: str, stats: dict) -> None:
@@ -64,7 +78,7 @@ def open_device(device: str, stats: dict) -> None:
         stats["driver_threads_moved"] = lock.move_other_threads_off() if lock is not None else 0
 
 
-def claim_gpu(job: dict, stats: dict, before_pause):
+def claim_gpu(job: dict, stats: dict, before_pause, mode: str | None = None):
     """The job's first GPU section: the lock of whichever visible GPU is free first, held.
 
     CUDA then starts with only that GPU visible (``CUDA_VISIBLE_DEVICES``), so ``cuda:0`` is it
@@ -81,6 +95,7 @@ def claim_gpu(job: dict, stats: dict, before_pause):
         stats,
         before_pause,
         [timingcpus.timing_cpu_of(k) for k in order],
+        mode=mode,
     )
     index = order[i]
     job["lock_device"] = lock.device
@@ -90,8 +105,24 @@ def claim_gpu(job: dict, stats: dict, before_pause):
     return lock
 
 
+def lock_mode(job: dict, shared: bool) -> str | None:
+    """The lock mode of a section: None (the plain exclusive lock) without shared sections;
+    with them (design 5) ``"shared"`` or ``"exclusive"`` (through the turnstile)."""
+    if not job.get("shared_sections"):
+        return None
+    return gpulock.SHARED if shared else gpulock.EXCLUSIVE
+
+
+def shared(device: str, job: dict, stats: dict):
+    """A section for GPU work that is not timed: shared with other jobs' shared sections in
+    design 5 (``job["shared_sections"]``), else :func:`exclusive` itself. Everything else is
+    :func:`exclusive`'s (no_grad, no GC, the device synchronised and its cache emptied before
+    release), except that its holder is not pinned to the timing CPU."""
+    return exclusive(device, job, stats, shared=True)
+
+
 @contextlib.contextmanager
-def exclusive(device: str, job: dict, stats: dict):
+def exclusive(device: str, job: dict, stats: dict, shared: bool = False):
     """The device lock, under no_grad; the device is synchronised and cached device memory
     handed back before release.
 
@@ -101,15 +132,20 @@ def exclusive(device: str, job: dict, stats: dict):
     lock is paused for CPU work inside a section (a compile, an extension build). Up to one
     worker per core waits for the lock at once: memory a waiting worker's caching allocator
     still holds from its last section is memory the lock holder cannot have.
+
+    ``shared=True`` (design 5 only, see :func:`shared`): the lock taken shared.
     """
     import torch
 
     sync = (lambda: torch.cuda.synchronize(device)) if device.startswith("cuda") else None
+    mode = lock_mode(job, shared)
     with contextlib.ExitStack() as held:
         if device.startswith("cuda") and "lock_device" not in job:
-            held.push(claim_gpu(job, stats, sync).__exit__)  # placed: any free GPU
+            held.push(claim_gpu(job, stats, sync, mode).__exit__)  # placed: any free GPU
         else:
-            held.enter_context(gpulock.device_lock(job.get("lock_device", device), job.get("lock_dir"), stats, sync))
+            held.enter_context(
+                gpulock.device_lock(job.get("lock_device", device), job.get("lock_dir"), stats, sync, mode)
+            )
         held.enter_context(torch.no_grad())
         open_device(device, stats)
         # No garbage collection inside a section: a full collection over torch's own objects

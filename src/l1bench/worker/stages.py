@@ -36,7 +36,7 @@ from l1bench.worker.harness import (
 )
 from l1bench.worker.outcome import NO_CODE_REASON, guarded, result, upstream_status
 from l1bench.worker.protocols import TimingSetup, protocol_for
-from l1bench.worker.sections import exclusive, phase
+from l1bench.worker.sections import exclusive, phase, shared
 from l1bench.worker.torch_hooks import COMPILE_MODES, release_lock_during_dynamo_compiles, wrap_baseline
 
 # --------------------------------------------------------------------------- build
@@ -99,7 +99,25 @@ def do_check(job: dict, meta: dict, snippets: dict) -> dict:
     # would still call the original's layers, left on the CPU).
     warm_cpu = construct(Model, init_inputs, seed)
     first, second = builder.prepare(seed), builder.prepare(seed)
-    with exclusive(device, job, stats):
+
+    def run_detectors(ref):
+        """The detectors' flags (their details into ``details``), inside a section."""
+        from l1bench import detectors
+
+        # The check's reference: built under the same seed and init inputs as the detectors
+        # would build it, and only ever called in eval mode (no running statistics changed).
+        with phase(stats, "detectors"):
+            det = detectors.run_detectors(
+                Model, ModelNew, get_inputs, get_init_inputs, torch.device(device), job["detectors"], ref_model=ref
+            )
+        details["detectors"] = det.get("details", {})
+        return det.get("flags", [])
+
+    # Design 5 (shared sections): no verdict of the check is a time measurement, so it runs in a
+    # shared section; the detectors, whose late-write and background-work checks are races that
+    # what else runs on the GPU could decide, in an exclusive one after it.
+    sharing = bool(job.get("shared_sections"))
+    with (shared if sharing else exclusive)(device, job, stats):
         with phase(stats, "reference warm-up"):
             run_reference_warmup(warm_cpu, get_inputs, device, p)
             del warm_cpu
@@ -127,18 +145,13 @@ def do_check(job: dict, meta: dict, snippets: dict) -> dict:
             return result(job, Status.INCORRECT, why, trials_passed=passed, **stats)
         details["max_abs_diff"] = worst
         flags = []
-        if job.get("detectors"):
-            from l1bench import detectors
-
+        if job.get("detectors") and not sharing:
             del custom
-            # The check's reference: built under the same seed and init inputs as the detectors
-            # would build it, and only ever called in eval mode (no running statistics changed).
-            with phase(stats, "detectors"):
-                det = detectors.run_detectors(
-                    Model, ModelNew, get_inputs, get_init_inputs, torch.device(device), job["detectors"], ref_model=ref
-                )
-            flags = det.get("flags", [])
-            details["detectors"] = det.get("details", {})
+            flags = run_detectors(ref)
+    if job.get("detectors") and sharing:
+        del custom
+        with exclusive(device, job, stats):
+            flags = run_detectors(ref)
     return result(job, Status.PASS, "", trials_passed=passed, flags=flags, details=details, **stats)
 
 
@@ -204,14 +217,33 @@ def do_time(job: dict, meta: dict, snippets: dict) -> dict:
     set_seed(p["seed"])
     pending = {"warmup": construct(Ref, to_device(get_init_inputs(), device), p["seed"])}
 
+    def reference_warmup():
+        if pending["warmup"] is not None:
+            with phase(stats, "reference warm-up"):
+                run_reference_warmup(pending["warmup"], get_inputs, device, p)
+            pending["warmup"] = None
+
     @contextlib.contextmanager
-    def gpu_section():
-        """The device lock; the first section also runs the harness's reference warm-up."""
+    def gpu_section(untimed: bool = False):
+        """The device lock; the first section also runs the harness's reference warm-up.
+
+        Design 5 (``job["shared_sections"]``): ``untimed`` sections are shared, the others
+        exclusive; the reference warm-up (and with it CUDA's start) runs in a shared section of
+        its own before the job's first exclusive one."""
+        if not job.get("shared_sections"):
+            with exclusive(device, job, stats):
+                reference_warmup()
+                yield
+            return
+        if untimed:
+            with shared(device, job, stats):
+                reference_warmup()
+                yield
+            return
+        if pending["warmup"] is not None:
+            with shared(device, job, stats):
+                reference_warmup()
         with exclusive(device, job, stats):
-            if pending["warmup"] is not None:
-                with phase(stats, "reference warm-up"):
-                    run_reference_warmup(pending["warmup"], get_inputs, device, p)
-                pending["warmup"] = None
             yield
 
     t_setup = time.perf_counter()
