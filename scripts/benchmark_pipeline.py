@@ -40,8 +40,9 @@ def run(name: str, args, cores: int, gpu_jobs: int) -> dict:
     t0 = time.monotonic()
     rc = subprocess.run(cmd, cwd=Path(__file__).resolve().parents[1]).returncode
     wall = time.monotonic() - t0
-    stats = collect(out / args.device)
-    rate = stalls.stall_rate(r for r in results(out / args.device) if r["kind"] == "time")
+    rows = list(results(out / args.device))
+    stats = collect(rows)
+    rate = stalls.stall_rate(r for r in rows if r["kind"] == "time")
     print(f"\n## {name}: {wall:.1f} s wall (snakemake exit {rc})\n\n{table(stats)}\n{stalls.describe_rate(rate)}")
     return {"wall_s": wall, "rc": rc, "stages": stats, "stalls": rate}
 

@@ -200,8 +200,8 @@ def main(argv: list[str] | None = None) -> int:
 
     files = (args.requirements or [DEFAULT_REQUIREMENTS]) + ([SLURM_REQUIREMENTS] if args.slurm else [])
     try:
-        reqs = [r for r in merge_requirements(files)
-                if canonicalize_name(Requirement(r).name) not in {canonicalize_name(n) for n in left_out}]
+        skip = {canonicalize_name(n) for n in left_out}
+        reqs = [r for r in merge_requirements(files) if canonicalize_name(Requirement(r).name) not in skip]
     except ValueError as err:
         print(f"error: {err}", file=sys.stderr)
         return 1

@@ -9,6 +9,7 @@ import pytest
 import yaml
 
 from l1bench import archive
+from l1bench.fetch import sha256_file
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -38,6 +39,8 @@ def test_a_wrong_checksum_writes_nothing(tmp_path):
     with pytest.raises(archive.ArchiveError, match=r"a\.tar\.xz: sha256 .* does not match"):
         archive.unpack(tmp_path / "a.tar.xz", "0" * 64, tmp_path / "out")
     assert not (tmp_path / "out").exists()
+    with pytest.raises(archive.ArchiveError, match=r"b\.tar\.xz: archive not found"):
+        archive.check(tmp_path / "b.tar.xz", sha)
 
 
 def test_unpack_refuses_members_outside_the_destination(tmp_path):
@@ -47,7 +50,7 @@ def test_unpack_refuses_members_outside_the_destination(tmp_path):
         info.size = 0
         tar.addfile(info)
     with pytest.raises(tarfile.OutsideDestinationError):
-        archive.unpack(evil, archive.sha256_file(evil), tmp_path / "out")
+        archive.unpack(evil, sha256_file(evil), tmp_path / "out")
     assert not (tmp_path / "escaped.txt").exists()
 
 
@@ -74,7 +77,7 @@ def test_the_committed_archives_match_their_checksums_and_stay_out_of_git():
     entries = archive.read_config(ROOT / "config/archives.yaml")
     ignored = (ROOT / ".gitignore").read_text().splitlines()
     for name, e in entries.items():
-        assert archive.sha256_file(ROOT / e["archive"]) == e["sha256"], name
+        assert sha256_file(ROOT / e["archive"]) == e["sha256"], name
         assert f"/{e['unpacks']}/" in ignored, f"{e['unpacks']} (unpacked from {name}) is not ignored by git"
 
 

@@ -19,7 +19,7 @@ def test_overall_span_and_lock_share(tmp_path):
             "2026-12-03T10:01:40+00:00", 35, mode="default")
     (tmp_path / "tasks/L1_T001").mkdir(parents=True)
     (tmp_path / "tasks/L1_T001/meta.json").write_text('{"kind": "check"}')  # never counted
-    stats = stagetimes.collect(tmp_path)
+    stats = stagetimes.collect(stagetimes.results(tmp_path))
     assert set(stats) == {"check", "time:paper:default"}
     o = stagetimes.overall(stats)
     assert o["span_s"] == 100 and o["gpu_lock_s"] == 40 and abs(o["lock_share"] - 0.4) < 1e-9
@@ -32,10 +32,10 @@ def test_a_window_keeps_one_call_of_a_chunked_run(tmp_path):
     no_worker = json.loads((tmp_path / "check/L1_T002.json").read_text())
     no_worker["provenance"]["worker"] = False
     (tmp_path / "check/L1_T003.json").write_text(json.dumps(no_worker))
-    stats = stagetimes.collect(tmp_path, since="2026-12-03T10:30:00+00:00")
+    stats = stagetimes.collect(stagetimes.results(tmp_path, since="2026-12-03T10:30:00+00:00"))
     assert stats["check"]["jobs"] == 2 and stats["check"]["worker_jobs"] == 1
     assert stats["check"]["gpu_lock_s"] == 14
-    stats = stagetimes.collect(tmp_path, until="2026-12-03T10:30:00")  # naive times are UTC
+    stats = stagetimes.collect(stagetimes.results(tmp_path, until="2026-12-03T10:30:00"))  # naive times are UTC
     assert stats["check"]["jobs"] == 1 and stats["check"]["gpu_lock_s"] == 5
 
 
@@ -73,7 +73,7 @@ def test_lock_time_by_step(tmp_path):
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps({"kind": "time", "mode": "default", "protocol": "paper", "provenance": {},
                                     "phases_locked": held}))
-    by = stagetimes.lock_by_phase(tmp_path)
+    by = stagetimes.lock_by_phase(stagetimes.results(tmp_path))
     assert by == {"time:paper:default": {"warm-up calls": 0.5, "timed pairs": 3.0}}
     assert "| time:paper:default   |             3 |             0.5 |     3.5 |" in stagetimes.phase_table(by)
     assert "GPU lock by step" in stagetimes.report(tmp_path)

@@ -20,7 +20,6 @@ interrupted unpack leaves nothing half-written. The rule ``unpack_archive``
 from __future__ import annotations
 
 import argparse
-import hashlib
 import io
 import lzma
 import os
@@ -30,6 +29,7 @@ import tarfile
 import tempfile
 from pathlib import Path
 
+from l1bench.fetch import sha256_file
 from l1bench.io import atomic_path
 
 CONFIG = Path("config/archives.yaml")
@@ -39,12 +39,13 @@ class ArchiveError(Exception):
     """A problem with an archive, in one line that names it."""
 
 
-def sha256_file(path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
+def check(archive, sha256: str) -> None:
+    """ArchiveError unless ``archive`` exists and has the recorded ``sha256``."""
+    if not Path(archive).is_file():
+        raise ArchiveError(f"{archive}: archive not found")
+    got = sha256_file(archive)
+    if got != sha256:
+        raise ArchiveError(f"{archive}: sha256 {got} does not match the recorded {sha256}")
 
 
 def members(paths, root: Path = Path(".")) -> list[str]:
@@ -86,11 +87,7 @@ def unpack(archive, sha256: str, dest: Path = Path(".")) -> list[str]:
     """Check ``archive`` against ``sha256``, then extract it under ``dest``; returns the
     member names. Existing files of the same names are replaced."""
     archive, dest = Path(archive), Path(dest)
-    if not archive.is_file():
-        raise ArchiveError(f"{archive}: archive not found")
-    got = sha256_file(archive)
-    if got != sha256:
-        raise ArchiveError(f"{archive}: sha256 {got} does not match the recorded {sha256}")
+    check(archive, sha256)
     dest.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix=".unpack-", dir=dest) as tmp:
         with tarfile.open(archive, mode="r:xz") as tar:
@@ -166,9 +163,7 @@ def main(argv: list[str] | None = None) -> int:
         for name in names:
             e = entries[name]
             if args.cmd == "verify":
-                got = sha256_file(e["archive"]) if Path(e["archive"]).is_file() else "missing"
-                if got != e["sha256"]:
-                    raise ArchiveError(f"{e['archive']}: sha256 {got} does not match the recorded {e['sha256']}")
+                check(e["archive"], e["sha256"])
                 print(f"{name}: ok")
             else:
                 n = len(unpack(e["archive"], e["sha256"]))

@@ -50,11 +50,11 @@ def results(root, since: str | None = None, until: str | None = None):
         yield res
 
 
-def collect(root, since: str | None = None, until: str | None = None) -> dict:
-    """Per-stage sums over :func:`results`."""
+def collect(rows) -> dict:
+    """Per-stage sums over result dicts (:func:`results`)."""
     stats: dict = defaultdict(lambda: defaultdict(float))
     spans: dict = {}
-    for res in results(root, since, until):
+    for res in rows:
         prov = res.get("provenance", {})
         st = stats[stage_of(res)]
         st["jobs"] += 1
@@ -92,11 +92,12 @@ def table(stats: dict) -> str:
     return tabulate(rows, head, tablefmt="github")
 
 
-def lock_by_phase(root, since: str | None = None, until: str | None = None) -> dict:
-    """{stage: {step: GPU-lock seconds}} summed over the results that record it
-    (``phases_locked``, from the worker's ``phase`` steps): where a stage's lock time goes."""
+def lock_by_phase(rows) -> dict:
+    """{stage: {step: GPU-lock seconds}} summed over the result dicts (:func:`results`) that
+    record it (``phases_locked``, from the worker's ``phase`` steps): where a stage's lock time
+    goes."""
     out: dict = defaultdict(lambda: defaultdict(float))
-    for res in results(root, since, until):
+    for res in rows:
         for step, held in (res.get("phases_locked") or {}).items():
             out[stage_of(res)][step] += held
     return {k: dict(v) for k, v in out.items()}
@@ -171,16 +172,17 @@ def samples_summary(folder) -> str:
 def report(root, samples=None, since=None, until=None, bullet: str = "") -> str:
     """The stage table, then the run's span and lock share, its stalled timed calls and (with
     ``samples``) one line per sampler file; ``bullet`` starts each of those lines."""
-    stats = collect(root, since, until)
+    rows = list(results(root, since, until))  # read once: every summary below is over them
+    stats = collect(rows)
     o = overall(stats)
     lines = [
         f"first start to last finish {o['span_s']:.0f} s; GPU lock held {o['gpu_lock_s']:.0f} s "
         f"({100 * o['lock_share']:.0f} % of it)",
-        stalls.describe_rate(stalls.stall_rate(r for r in results(root, since, until) if r["kind"] == "time")),
+        stalls.describe_rate(stalls.stall_rate(r for r in rows if r["kind"] == "time")),
     ]
     if samples:
         lines += samples_summary(samples).splitlines()
-    by_phase = lock_by_phase(root, since, until)
+    by_phase = lock_by_phase(rows)
     steps = "\n\nGPU lock by step (results that record it):\n\n" + phase_table(by_phase) if by_phase else ""
     return table(stats) + "\n\n" + "\n".join(bullet + line for line in lines) + steps
 
