@@ -58,24 +58,23 @@ class PlanError(ValueError):
 # --------------------------------------------------------------------------- config
 
 
+def _cli_bool(val):
+    """A command-line spelling of a boolean ("true", "0", "yes"...) as a bool; anything else
+    as it is (the schema then names a bad value)."""
+    if isinstance(val, str) and val.lower() in ("true", "false", "1", "0", "yes", "no"):
+        return val.lower() in ("true", "1", "yes")
+    return val
+
+
 def normalise_cli_values(cfg: dict) -> None:
     """--config values as the command line gives them, typed as the schema wants (before validation)."""
     for key in _CLI_BOOLEANS:
-        val = cfg.get(key)
-        if isinstance(val, str) and val.lower() in (
-            "true",
-            "false",
-            "1",
-            "0",
-            "yes",
-            "no",
-        ):
-            cfg[key] = val.lower() in ("true", "1", "yes")
+        if key in cfg:
+            cfg[key] = _cli_bool(cfg[key])
     # --config 'timing={shared_sections: true}' arrives with the string "true"
     timing = cfg.get("timing")
-    val = timing.get("shared_sections") if isinstance(timing, dict) else None
-    if isinstance(val, str) and val.lower() in ("true", "false", "1", "0", "yes", "no"):
-        timing["shared_sections"] = val.lower() in ("true", "1", "yes")
+    if isinstance(timing, dict) and "shared_sections" in timing:
+        timing["shared_sections"] = _cli_bool(timing["shared_sections"])
     # --config device=3090 arrives as the integer 3090: the release names are strings
     if isinstance(cfg.get("device"), int) and not isinstance(cfg.get("device"), bool):
         cfg["device"] = str(cfg["device"])
