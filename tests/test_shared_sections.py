@@ -95,6 +95,44 @@ def test_two_processes_hold_the_lock_shared_at_once(holders):
     b.release()
 
 
+def test_no_more_shared_sections_at_once_than_the_gpu_has_slots(holders, monkeypatch):
+    """L1BENCH_SHARED_SLOTS=2: a third shared taker waits until one of two holders lets go."""
+    monkeypatch.setenv(gpulock.SHARED_SLOTS_ENV, "2")
+    a, b = holders(gpulock.SHARED, "a"), holders(gpulock.SHARED, "b")
+    assert a.wait_held() and b.wait_held()
+    c = holders(gpulock.SHARED, "c")
+    assert c.stays_blocked()
+    b.release()
+    assert c.wait_held() and a.held()
+    a.release()
+    c.release()
+
+
+def test_shared_slots_in_one_process(tmp_path, monkeypatch):
+    """The slots bound shared sections only (an exclusive one takes none); a full set refuses
+    try_enter, a released or paused section gives its slot back; a bad value is one clear error."""
+    monkeypatch.setenv(gpulock.SHARED_SLOTS_ENV, "1")
+    stats = {}
+    first = gpulock.device_lock("cpu", tmp_path, stats, mode=gpulock.SHARED)
+    with first:
+        assert stats["shared_slots"] == 1
+        assert not gpulock.device_lock("cpu", tmp_path, {}, mode=gpulock.SHARED).try_enter()
+        with first.paused():  # a paused section holds no slot
+            second = gpulock.device_lock("cpu", tmp_path, {}, mode=gpulock.SHARED)
+            assert second.try_enter()
+            second.__exit__(None, None, None)
+    with gpulock.device_lock("cpu", tmp_path, {}, mode=gpulock.EXCLUSIVE):
+        pass
+    again = gpulock.device_lock("cpu", tmp_path, {}, mode=gpulock.SHARED)
+    assert again.try_enter()  # the slot came back at release
+    again.__exit__(None, None, None)
+    monkeypatch.setenv(gpulock.SHARED_SLOTS_ENV, "0")
+    with pytest.raises(ValueError, match="L1BENCH_SHARED_SLOTS='0'"):
+        gpulock.shared_slots()
+    monkeypatch.delenv(gpulock.SHARED_SLOTS_ENV)
+    assert gpulock.shared_slots() == gpulock.DEFAULT_SHARED_SLOTS
+
+
 @pytest.mark.parametrize("exclusive_mode", [gpulock.EXCLUSIVE, None])
 def test_an_exclusive_section_excludes_shared_ones_both_ways(holders, exclusive_mode):
     """Exclusive (gated, or design 4's plain lock of another run on the same GPU) and shared

@@ -11,8 +11,11 @@ Opt-in (``timing.shared_sections``, timing design 5): sections that time nothing
 *shared* (``mode="shared"``: several jobs at once, none while an exclusive section is held, not
 pinned to the timing CPU), the timed ones *exclusive* through a turnstile (``mode="exclusive"``):
 every gated taker passes the turnstile (a second flock) to take the lock, and an exclusive taker
-holds it while it waits, so a stream of shared takers cannot starve it. Without a mode the lock
-is exactly the plain exclusive flock of design 4.
+holds it while it waits, so a stream of shared takers cannot starve it. At most
+``L1BENCH_SHARED_SLOTS`` (default 4) shared sections are held at once per GPU: each holds one of
+that many slot flocks, so untimed work of many jobs (correctness trials of large models) cannot
+fill the GPU's memory together. Without a mode the lock is exactly the plain exclusive flock of
+design 4.
 """
 
 from __future__ import annotations
@@ -38,6 +41,24 @@ STATUS_ENV = "L1BENCH_LOCK_STATUS"
 
 #: Lock modes (``DeviceLock(mode=...)``); None: the plain exclusive lock (no turnstile).
 SHARED, EXCLUSIVE = "shared", "exclusive"
+
+#: How many shared sections one GPU admits at once (design 5); a whole number >= 1.
+SHARED_SLOTS_ENV = "L1BENCH_SHARED_SLOTS"
+DEFAULT_SHARED_SLOTS = 4
+
+
+def shared_slots() -> int:
+    """The number of shared sections a GPU admits at once: ``L1BENCH_SHARED_SLOTS`` or 4."""
+    raw = os.environ.get(SHARED_SLOTS_ENV, "").strip()
+    if not raw:
+        return DEFAULT_SHARED_SLOTS
+    try:
+        n = int(raw)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise ValueError(f"{SHARED_SLOTS_ENV}={raw!r}: expected a whole number of at least 1")
+    return n
 
 
 def _report(
@@ -115,8 +136,11 @@ class DeviceLock:
         self.shared = mode == SHARED
         #: the turnstile of the gated modes (shared takers pass it, an exclusive waiter holds it)
         self.gate = lock_dir / f"l1bench-{name}.gate"
+        #: the shared sections' slots (``<name>.slot0``...): one held per shared section
+        self.slot_stem = lock_dir / f"l1bench-{name}.slot"
         self.stats = {} if stats is None else stats
         self._fh = None
+        self._slot = None
         self._since = None
         self._restore = None
         self.before_pause = before_pause
@@ -137,9 +161,41 @@ class DeviceLock:
         shared taker waits there only while an exclusive section is held or waited for.
         Non-blocking: BlockingIOError when either is taken."""
         nb = 0 if blocking else fcntl.LOCK_NB
-        with open(self.gate, "a+") as gate:  # closing it lets go of the turnstile
-            fcntl.flock(gate, fcntl.LOCK_EX | nb)
-            fcntl.flock(self._fh, (fcntl.LOCK_SH if self.shared else fcntl.LOCK_EX) | nb)
+        if self.shared:
+            self._take_slot(blocking)
+        try:
+            with open(self.gate, "a+") as gate:  # closing it lets go of the turnstile
+                fcntl.flock(gate, fcntl.LOCK_EX | nb)
+                fcntl.flock(self._fh, (fcntl.LOCK_SH if self.shared else fcntl.LOCK_EX) | nb)
+        except BaseException:
+            self._drop_slot()
+            raise
+
+    def _take_slot(self, blocking: bool, poll_s: float = 0.02) -> None:
+        """Hold one of the GPU's :func:`shared_slots` slot flocks (a shared section's place),
+        trying them from one picked by the process id; blocking: poll until one is free (the
+        waiter holds nothing meanwhile, so it keeps no exclusive taker waiting)."""
+        n = shared_slots()
+        self.stats["shared_slots"] = n
+        first = os.getpid() % n
+        while True:
+            for k in range(n):
+                fh = open(f"{self.slot_stem}{(first + k) % n}", "a+")
+                try:
+                    fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    fh.close()
+                    continue
+                self._slot = fh
+                return
+            if not blocking:
+                raise BlockingIOError(f"all {n} shared slots of {self.device} are held")
+            time.sleep(poll_s)
+
+    def _drop_slot(self) -> None:
+        if self._slot is not None:
+            self._slot.close()  # closing lets go of the flock
+            self._slot = None
 
     def _took(self, t0: float) -> None:
         """Bookkeeping once the flock is held (waited since ``t0``)."""
@@ -184,6 +240,7 @@ class DeviceLock:
             timingcpus.unpin_threads(os.environ[timingcpus.TIMING_CPU_ENV], os.sched_getaffinity(0))
         held = time.perf_counter() - self._since
         fcntl.flock(self._fh, fcntl.LOCK_UN)
+        self._drop_slot()
         _report(self.stats.get("lock_wait_s", 0.0), None, None, self.mode)
         key = "lock_shared_s" if self.shared else "lock_held_s"
         self.stats[key] = self.stats.get(key, 0.0) + held
