@@ -54,6 +54,26 @@ def test_cpu_samples_busy_share():
     assert s["samples"] == 2 and abs(s["mean_busy_pct"] - 37.5) < 1e-9 and s["saturated_share"] == 0
 
 
+def test_per_cpu_samples_and_only_sampler_files(tmp_path):
+    """cpus-*: the highest CPU's busy and interrupt shares apart from the others' busy share;
+    files that are not samplers (a Snakemake log beside them) are left out of the summary."""
+    # columns: user nice system idle iowait irq softirq; cpu1 is busy 1/4 (all of it irq), cpu0 1/2
+    lines = [
+        "1 cpu0 0 0 0 0 0 0 0", "1 cpu1 0 0 0 0 0 0 0",
+        "2 cpu0 2 0 0 2 0 0 0", "2 cpu1 0 0 0 6 0 2 0",
+        "3 cpu0 4 0 0 4 0 0 0", "3 cpu1 0 0 0 12 0 3 1",
+    ]
+    s = stagetimes.per_cpu_samples(lines)
+    assert s["samples"] == 2 and s["cpus"] == 2
+    assert abs(s["cpu1_busy_pct"] - 25) < 1e-9 and abs(s["cpu1_irq_pct"] - 25) < 1e-9
+    assert abs(s["others_busy_pct"] - 50) < 1e-9
+    assert stagetimes.per_cpu_samples(["1 cpu  1 2 3 4 5 6 7"]) == {"samples": 0}  # the all-CPU line
+    (tmp_path / "cpus-1.txt").write_text("\n".join(lines) + "\n")
+    (tmp_path / "snakemake-1.log").write_text("Finished job 1\n")
+    summary = stagetimes.samples_summary(tmp_path)
+    assert summary.startswith("cpus-1.txt: samples 2, cpus 2, cpu1_busy_pct 25.00") and "snakemake" not in summary
+
+
 def test_a_page_is_the_printed_report_with_a_title_and_bullets(tmp_path, capsys):
     _result(tmp_path / "r/time/paper/default/L1_T001.json", "time", "2026-12-03T10:00:20+00:00",
             "2026-12-03T10:01:40+00:00", 35, mode="default")

@@ -158,12 +158,50 @@ def cpu_samples(lines) -> dict:
     }
 
 
+def per_cpu_samples(lines) -> dict:
+    """Busy shares per CPU from ``<epoch> cpuN user nice system idle iowait ...`` lines (every
+    CPU's line of /proc/stat, once a second): the highest-numbered CPU's (the timing CPU of a
+    one-GPU machine) mean busy share and its share of interrupt + softirq time, and the mean
+    busy share of the others."""
+    per: dict[str, list] = {}
+    for line in lines:
+        parts = line.split()
+        if len(parts) > 6 and parts[1].startswith("cpu") and parts[1][3:].isdigit():
+            vals = [int(x) for x in parts[2:]]
+            per.setdefault(parts[1], []).append((sum(vals), vals[3] + vals[4], vals[5] + vals[6]))
+    def shares(rows):
+        pairs = [(r0, r1) for r0, r1 in zip(rows, rows[1:], strict=False) if r1[0] > r0[0]]
+        busy = [1 - (r1[1] - r0[1]) / (r1[0] - r0[0]) for r0, r1 in pairs]
+        irq = [(r1[2] - r0[2]) / (r1[0] - r0[0]) for r0, r1 in pairs]
+        return busy, irq
+    if not per or min(len(rows) for rows in per.values()) < 2:
+        return {"samples": 0}
+    last = max(per, key=lambda name: int(name[3:]))
+    busy, irq = shares(per[last])
+    others = [b for name, rows in per.items() if name != last for b in shares(rows)[0]]
+    return {
+        "samples": len(busy),
+        "cpus": len(per),
+        f"{last}_busy_pct": 100 * sum(busy) / len(busy),
+        f"{last}_irq_pct": 100 * sum(irq) / len(irq),
+        "others_busy_pct": 100 * sum(others) / len(others) if others else 0.0,
+    }
+
+
+#: The samplers of scripts/device_run.sh, by file-name prefix (other files are not samples).
+SAMPLERS = {"gpu-": gpu_samples, "cpus-": per_cpu_samples, "cpu-": cpu_samples}
+
+
 def samples_summary(folder) -> str:
-    """One line per sampler file of ``scripts/device_run.sh`` (GPU utilisation, CPU busy)."""
+    """One line per sampler file of ``scripts/device_run.sh`` (GPU utilisation, CPU busy, the
+    timing CPU's busy share); other files in the folder (Snakemake logs) are left out."""
     out = []
     for path in sorted(Path(folder).glob("*")):
+        reader = next((f for prefix, f in SAMPLERS.items() if path.name.startswith(prefix)), None)
+        if reader is None:
+            continue
         lines = path.read_text(errors="replace").splitlines()
-        summary = gpu_samples(lines) if path.name.startswith("gpu-") else cpu_samples(lines)
+        summary = reader(lines)
         vals = ", ".join(f"{k} {v:.2f}" if isinstance(v, float) else f"{k} {v}" for k, v in summary.items())
         out.append(f"{path.name}: {vals}")
     return "\n".join(out)

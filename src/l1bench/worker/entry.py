@@ -77,7 +77,8 @@ TIMING_DESIGN = 4
 #:    models; the check stage but its detectors) holds the lock *shared* with other jobs' such
 #:    work, unpinned; warm-up calls and timed pairs (the strict protocol's timing, the compile
 #:    modes' first call, the detectors) hold it exclusive, with writer preference
-#:    (:mod:`l1bench.gpulock`). Not yet measured on a GPU (docs/architecture.md).
+#:    (:mod:`l1bench.gpulock`). Measured on an H200 and not adopted: no faster, runs agree less
+#:    (docs/architecture.md, results/h100/RUN_NOTES.md session eight).
 TIMING_DESIGN_SHARED = 5
 
 
