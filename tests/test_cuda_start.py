@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from pathlib import Path
 from types import SimpleNamespace
@@ -259,8 +260,11 @@ class Starter:
         time.sleep(SETTLE_S)
         return not self._is("inside")
 
-    def release(self) -> dict:
+    def release(self) -> None:
+        """End its CUDA start (it lets go of the start flock; :meth:`stats` waits for its end)."""
         (self.dir / f"{self.name}.release").touch()
+
+    def stats(self) -> dict:
         assert self.proc.wait(30) == 0
         return json.loads((self.dir / f"{self.name}.done").read_text())
 
@@ -292,22 +296,35 @@ def test_one_process_at_a_time_starts_cuda_and_the_gpu_lock_is_independent(tmp_p
     assert b.stays_out()  # a is starting CUDA: b waits for the start flock
     gpu = gpulock.DeviceLock("cuda:0", tmp_path)
     assert gpu.try_enter()  # a's start does not hold the GPU lock
-    stats_a = a.release()
+    a.release()
     assert b.wait("inside", 10)  # b starts while this process holds the GPU lock
     gpu.__exit__(None, None, None)
-    stats_b = b.release()
+    b.release()
+    stats_a, stats_b = a.stats(), b.stats()
     assert stats_a["cuda_started"] == stats_b["cuda_started"] == "outside the GPU lock"
-    assert stats_a["start_lock_wait_s"] < SETTLE_S <= stats_b["start_lock_wait_s"]
+    # b waited for a (at least the settling time; a for nobody), and its phase is its start only
+    assert stats_a["start_lock_wait_s"] < SETTLE_S / 2 < stats_b["start_lock_wait_s"]
     assert stats_b["phases"]["cuda_init (start lock)"] < stats_b["start_lock_wait_s"]
 
 
 def test_the_start_lock_is_per_gpu_and_named_like_its_gpu_lock(tmp_path):
+    """One start flock per GPU, beside its GPU lock (``l1bench-gpu<name>.start``): holding
+    GPU 0's keeps nobody from taking GPU 1's."""
+    other = threading.Event()
+
+    def start_on_gpu1():
+        with gpulock.start_lock("cuda:1", tmp_path):
+            assert held(lock_files(tmp_path, "cuda:1")[1])
+            other.set()
+
     with gpulock.start_lock("cuda:0", tmp_path) as waited:
-        assert waited < 1
-        assert held(lock_files(tmp_path, "cuda:0")[1]) and not held(lock_files(tmp_path, "cuda:1")[1])
-        with gpulock.start_lock("cuda:1", tmp_path):  # another GPU's: free
-            pass
-    assert not held(lock_files(tmp_path, "cuda:0")[1])
+        assert waited < 1 and held(lock_files(tmp_path, "cuda:0")[1])
+        thread = threading.Thread(target=start_on_gpu1, daemon=True)
+        thread.start()
+        got_it = other.wait(5)
+    thread.join(10)
+    assert got_it  # GPU 1's start lock was free while GPU 0's was held
+    assert not held(lock_files(tmp_path, "cuda:0")[1]) and not held(lock_files(tmp_path, "cuda:1")[1])
 
 
 # --------------------------------------------------------------------------- config to worker
