@@ -28,13 +28,18 @@ except ModuleNotFoundError as err:
 
 def validate_config():
     """Schema validation (fills defaults); a bad value stops with one line naming the key
-    (Snakemake's own message adds the schema's fragment)."""
+    (Snakemake's own message adds the schema's fragment), and so do timing designs that
+    exclude each other (plan.check_timing)."""
     try:
         validate(config, schema="../config/schemas/config.schema.yaml")
     except WorkflowError as err:
         schema = Path(workflow.basedir) / "config/schemas/config.schema.yaml"
         line = preflight.config_error(config, schema)
         raise WorkflowError(line or str(err).strip().splitlines()[0]) from None
+    try:
+        plan.check_timing(config["timing"])
+    except plan.PlanError as err:
+        raise WorkflowError(str(err)) from None
 
 
 plan.normalise_cli_values(config)

@@ -70,8 +70,12 @@ def make_job(smk) -> dict:
     }
     if lock_dir(smk):
         job["lock_dir"] = lock_dir(smk)
-    if p.kind != "build" and (p.protocol_params.get("timing") or {}).get("shared_sections"):
+    # the opt-in timing designs: check and time jobs only (builds time nothing)
+    timing = (p.protocol_params.get("timing") or {}) if p.kind != "build" else {}
+    if timing.get("shared_sections"):
         job["shared_sections"] = True  # timing design 5 (l1bench.worker.sections.shared)
+    if timing.get("cuda_start_outside_lock"):
+        job["cuda_start_outside_lock"] = True  # design 6 (sections.start_cuda_outside_lock)
     if p.kind == "build":
         job["params"] = dict(p.protocol_params["build"]) | {"seed": 42}
     if p.kind == "check":

@@ -39,6 +39,26 @@ def test_command_line_values_are_typed_as_the_schema_wants():
     assert cfg == {"aggregate_only": "maybe", "device": True}
 
 
+def test_timing_flags_from_the_command_line_are_booleans():
+    for key in plan.TIMING_FLAGS:
+        cfg = {"timing": {key: "true"}}
+        plan.normalise_cli_values(cfg)
+        assert cfg["timing"][key] is True, key
+    cfg = {"timing": {"cuda_start_outside_lock": "no", "shared_sections": "1"}}
+    plan.normalise_cli_values(cfg)
+    assert cfg["timing"] == {"cuda_start_outside_lock": False, "shared_sections": True}
+
+
+def test_the_two_opt_in_timing_designs_exclude_each_other():
+    """Designs 5 and 6 are alternatives: both on stops the plan with one line naming both."""
+    for timing in (None, {}, CONFIG["timing"], {"shared_sections": True}, {"cuda_start_outside_lock": True}):
+        plan.check_timing(timing)
+    with pytest.raises(plan.PlanError) as err:
+        plan.check_timing({"shared_sections": True, "cuda_start_outside_lock": True})
+    line = str(err.value)
+    assert "\n" not in line and "shared_sections" in line and "cuda_start_outside_lock" in line
+
+
 # --------------------------------------------------------------------------- the selection
 
 
@@ -305,6 +325,26 @@ def test_evaluation_params_per_stage_and_protocol():
         assert got["detectors"] == cfg["detectors"] | {"seed": 42, "atol": 0.01, "rtol": 0.01}
         assert plan.evaluation_params("time", "sha", cfg | {"protocol": protocol}) == paper
     assert "seed" not in cfg["detectors"]  # the config is not changed
+
+
+def test_timing_flags_are_in_the_params_only_when_on():
+    """Off (the default), check and time params are exactly as before the flags existed (the
+    committed results' params hashes stay); design 5 alone as before design 6 existed; design 6
+    adds its own key; builds never take them."""
+    cfg = dict(CONFIG)
+    assert cfg["timing"] == {"shared_sections": False, "cuda_start_outside_lock": False}
+    paper = {"release": "sha", "paper": cfg["paper"]}
+    for kind in ("check", "time"):
+        assert plan.evaluation_params(kind, "sha", cfg) == paper
+        assert plan.evaluation_params(kind, "sha", cfg | {"timing": {}}) == paper
+        shared = plan.evaluation_params(kind, "sha", cfg | {"timing": {"shared_sections": True}})
+        assert shared == paper | {"timing": {"shared_sections": True}}
+        on = {"shared_sections": False, "cuda_start_outside_lock": True}
+        assert plan.evaluation_params(kind, "sha", cfg | {"timing": on}) == paper | {
+            "timing": {"cuda_start_outside_lock": True}
+        }
+    build = {"release": "sha", "build": cfg["build"]}
+    assert plan.evaluation_params("build", "sha", cfg | {"timing": {"cuda_start_outside_lock": True}}) == build
 
 
 def test_time_job_priorities_compile_slots_and_strict_params():

@@ -16,6 +16,9 @@ holds it while it waits, so a stream of shared takers cannot starve it. At most
 that many slot flocks, so untimed work of many jobs (correctness trials of large models) cannot
 fill the GPU's memory together. Without a mode the lock is exactly the plain exclusive flock of
 design 4.
+
+Opt-in (``timing.cuda_start_outside_lock``, timing design 6): :func:`start_lock` is a second
+flock per GPU, held (unpinned, outside the GPU lock) while one job at a time starts CUDA.
 """
 
 from __future__ import annotations
@@ -104,6 +107,20 @@ def default_lock_dir() -> Path:
     return Path(os.environ.get("L1BENCH_LOCK_DIR") or os.environ.get("TMPDIR") or "/tmp")
 
 
+def _made_lock_dir(lock_dir) -> Path:
+    """``lock_dir`` (default: :func:`default_lock_dir`), created if missing."""
+    lock_dir = Path(lock_dir) if lock_dir else default_lock_dir()
+    lock_dir.mkdir(parents=True, exist_ok=True)
+    return lock_dir
+
+
+def lock_name(device: str) -> str:
+    """The stem of a device's lock files after ``l1bench-``: "cpu", or "gpu" and the GPU's
+    physical name ("cuda:0" -> "gpu0", or "gpuGPU-<uuid>" where the driver's /proc says)."""
+    gpu = gpus.physical_gpu_name(device.split(":", 1)[1] if ":" in device else "0")
+    return "cpu" if device == "cpu" else "gpu" + "".join(c if c.isalnum() else "-" for c in gpu)
+
+
 class DeviceLock:
     """An exclusive flock named after a device ("cuda:0" -> gpu0.lock, "cpu" -> cpu.lock).
 
@@ -124,10 +141,8 @@ class DeviceLock:
     unpausable: bool = False
 
     def __init__(self, device: str, lock_dir=None, stats: dict | None = None, before_pause=None, mode=None):
-        lock_dir = Path(lock_dir) if lock_dir else default_lock_dir()
-        lock_dir.mkdir(parents=True, exist_ok=True)
-        gpu = gpus.physical_gpu_name(device.split(":", 1)[1] if ":" in device else "0")
-        name = "cpu" if device == "cpu" else "gpu" + "".join(c if c.isalnum() else "-" for c in gpu)
+        lock_dir = _made_lock_dir(lock_dir)
+        name = lock_name(device)
         self.device = device
         self.path = lock_dir / f"l1bench-{name}.lock"
         if mode not in (None, SHARED, EXCLUSIVE):
@@ -375,3 +390,17 @@ def claim_free_device(
                 _report(stats["lock_wait_s"], None, time.time())
                 return i, lock
         time.sleep(poll_s)
+
+
+@contextlib.contextmanager
+def start_lock(device: str, lock_dir=None):
+    """Design 6 (opt-in, ``timing.cuda_start_outside_lock``): the flock ``l1bench-<name>.start``
+    beside the device's lock, held while one process starts CUDA on the device outside the GPU
+    lock, so that the jobs waiting for the GPU never start their drivers all at once. Blocking,
+    exclusive, independent of the GPU lock (either may be held without the other) and not
+    pinned to the timing CPU. Yields the seconds waited for it."""
+    path = _made_lock_dir(lock_dir) / f"l1bench-{lock_name(device)}.start"
+    with open(path, "a+") as fh:  # closing it lets go of the flock
+        t0 = time.perf_counter()
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        yield time.perf_counter() - t0

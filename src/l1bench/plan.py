@@ -3,6 +3,7 @@ from the config and the task selection. Used by rules/common.smk, whose helpers 
 wrappers that pass the workflow's globals (results root, task ids, modes, protocols, config);
 everything here takes them as arguments, so it is tested without Snakemake (tests/test_plan.py).
 
+* the config: :func:`normalise_cli_values`, :func:`check_timing`
 * the selection: :func:`protocols`, :func:`modes`, :func:`strict_modes`, :func:`task_index`,
   :func:`selected_tids`, :func:`no_code_tids`
 * the release: :func:`release_root`, :func:`release_inputs`, :func:`expected_sha256`,
@@ -50,6 +51,9 @@ _RESULT_NAME = re.compile(r"L\d+_T\d{3}\.json")
 
 _CLI_BOOLEANS = ("aggregate_only",)
 
+#: The opt-in timing designs (config ``timing``): 5 and 6, alternatives to each other.
+TIMING_FLAGS = ("shared_sections", "cuda_start_outside_lock")
+
 
 class PlanError(ValueError):
     """A config or selection the workflow cannot plan; ``str(err)`` is one line."""
@@ -73,11 +77,23 @@ def normalise_cli_values(cfg: dict) -> None:
             cfg[key] = _cli_bool(cfg[key])
     # --config 'timing={shared_sections: true}' arrives with the string "true"
     timing = cfg.get("timing")
-    if isinstance(timing, dict) and "shared_sections" in timing:
-        timing["shared_sections"] = _cli_bool(timing["shared_sections"])
+    if isinstance(timing, dict):
+        for key in TIMING_FLAGS:
+            if key in timing:
+                timing[key] = _cli_bool(timing[key])
     # --config device=3090 arrives as the integer 3090: the release names are strings
     if isinstance(cfg.get("device"), int) and not isinstance(cfg.get("device"), bool):
         cfg["device"] = str(cfg["device"])
+
+
+def check_timing(timing: Mapping | None) -> None:
+    """Config ``timing`` (validated): PlanError when it turns on both opt-in designs (5,
+    ``shared_sections``, and 6, ``cuda_start_outside_lock``: alternatives, never combined)."""
+    on = [key for key in TIMING_FLAGS if (timing or {}).get(key)]
+    if len(on) > 1:
+        raise PlanError(
+            f"config timing: {' and '.join(on)} are alternative timing designs (5 and 6): turn on one of them"
+        )
 
 
 # --------------------------------------------------------------------------- the selection
@@ -337,14 +353,16 @@ def timeout(timeouts: Mapping[str, int], kind: str, is_demo: bool) -> int:
 
 def evaluation_params(kind: str, fingerprint: str | None, config: Mapping) -> dict:
     """Protocol parameters of a stage: hashed by Snakemake, so changing one reruns the stage.
-    ``fingerprint``: what identifies the release content. ``timing`` (shared sections, design 5)
-    is added to check and time params only when on: off, the params (and so every committed
-    result's params hash) are as before the key existed."""
+    ``fingerprint``: what identifies the release content. ``timing`` (its flags that are on:
+    shared sections, design 5; CUDA started outside the lock, design 6) is added to check and
+    time params only when one is on, with only the flags that are on: off, the params (and so
+    every committed result's params hash) are as before the keys existed."""
     p = {"release": fingerprint, "paper": config["paper"]}
     if kind == "build":
         return {"release": fingerprint, "build": config["build"]}
-    if (config.get("timing") or {}).get("shared_sections"):
-        p["timing"] = {"shared_sections": True}
+    on = {key: True for key in TIMING_FLAGS if (config.get("timing") or {}).get(key)}
+    if on:
+        p["timing"] = on
     if kind == "check" and config["protocol"] != "paper":
         p["detectors"] = config["detectors"] | {
             "seed": config["paper"]["seed"],

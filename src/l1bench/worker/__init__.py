@@ -34,7 +34,8 @@ Modules, each importing only from those above it in this list:
 * :mod:`~l1bench.worker.stages`: ``do_build``, ``do_check``, ``do_time`` (the setup both
   protocols share, then the protocol of ``job["protocol"]``);
 * :mod:`~l1bench.worker.entry`: ``run``, ``main`` (``__main__``), ``KINDS``, ``pick_device``,
-  ``TIMING_DESIGN`` (``TIMING_DESIGN_SHARED`` with shared sections).
+  ``TIMING_DESIGN`` (``TIMING_DESIGN_SHARED`` with shared sections, ``TIMING_DESIGN_CUDA_OUTSIDE``
+  with CUDA started outside the lock).
 
 This module re-exports the names used outside the package. They are bindings, not the names the
 code looks up: a test that replaces a function or state of the worker patches the module that

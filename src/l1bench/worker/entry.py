@@ -80,6 +80,25 @@ TIMING_DESIGN = 4
 #:    (:mod:`l1bench.gpulock`). Measured on an H200 and not adopted: no faster, runs agree less
 #:    (docs/architecture.md, results/h100/RUN_NOTES.md session eight).
 TIMING_DESIGN_SHARED = 5
+#: 6 (opt-in: config ``timing.cuda_start_outside_lock``, ``job["cuda_start_outside_lock"]``):
+#:    design 4, but CUDA's start (cuInit, context, first allocation, cuBLAS handle: ~0.25 s a
+#:    job) runs before the job's first GPU section, outside the GPU lock, one job at a time per
+#:    GPU (a start flock beside the lock), off the timing CPU
+#:    (:func:`l1bench.worker.sections.start_cuda_outside_lock`). A timed section then runs beside
+#:    at most one other process's CUDA start; design 4's re-timing of a first pair slowed in the
+#:    driver is what catches a pair it delayed. With several GPUs visible CUDA still starts
+#:    inside the lock. An alternative to design 5, not combinable with it. Not yet measured on a
+#:    GPU (docs/architecture.md).
+TIMING_DESIGN_CUDA_OUTSIDE = 6
+
+
+def timing_design(job: dict) -> int:
+    """The timing design a check or time job runs under (its opt-in flags)."""
+    if job.get("shared_sections"):
+        return TIMING_DESIGN_SHARED
+    if job.get("cuda_start_outside_lock"):
+        return TIMING_DESIGN_CUDA_OUTSIDE
+    return TIMING_DESIGN
 
 
 def _system_isolation():
@@ -116,7 +135,7 @@ def run(job: dict) -> dict:
         res = result(job, err.status, err.reason)
     note_extension_failures(res)
     if job["kind"] in ("check", "time"):
-        res["timing_design"] = TIMING_DESIGN_SHARED if job.get("shared_sections") else TIMING_DESIGN
+        res["timing_design"] = timing_design(job)
     res["snippet_sha256"] = {k: sha256_text(v) for k, v in snippets.items()}
     res["params"] = job.get("params", {})
     res["provenance"] = provenance.environment(job["device"]) | {

@@ -11,6 +11,9 @@ jobs may hold one at once, none while an exclusive one is held, and its holder s
 timing CPU; :func:`exclusive` then takes the lock exclusive through the turnstile (writer
 preference, :class:`l1bench.gpulock.DeviceLock`). Without the flag both are today's exclusive
 section.
+
+Design 6 (opt-in, ``job["cuda_start_outside_lock"]``): :func:`start_cuda_outside_lock` starts
+CUDA as the first section begins, before its lock is taken, one job at a time per GPU.
 """
 
 from __future__ import annotations
@@ -46,36 +49,97 @@ def phase(stats: dict, name: str):
             held_shared[name] = round(held_shared.get(name, 0.0) + in_shared, 4)
 
 
+#: Where the job started CUDA (``stats["cuda_started"]``).
+STARTED_INSIDE = "inside the GPU lock"
+STARTED_OUTSIDE = "outside the GPU lock"  # design 6
+#: Design 6 with several GPUs visible: started inside the lock after all (which GPU the job
+#: gets is decided as it takes a GPU lock). Recorded before the start: :func:`open_device` does it.
+STARTED_INSIDE_SEVERAL = "inside the GPU lock (several GPUs)"
+
+
+def _start_cuda(device: str) -> None:
+    """Start CUDA on ``device``: the driver (cuInit), the context, a first allocation and the
+    cuBLAS handle. No usable device is an InfraError (the run broke, not the task)."""
+    import torch
+
+    index = int(device.split(":")[1]) if ":" in device else 0
+    try:
+        torch.cuda.set_device(index)
+        torch.empty(1, device=device)
+    except Exception as err:  # no usable device: the run broke, not the task
+        raise InfraError(f"CUDA could not start on {device}: {short(err, 200)}") from err
+    try:
+        torch.cuda.current_blas_handle()
+    except Exception:  # noqa: BLE001 - only a warm-up
+        pass
+
+
 def open_device(device: str, stats: dict) -> None:
     """Start CUDA on ``device``, inside the GPU lock: the driver (cuInit), the context and the
     cuBLAS handle. They run no kernel, but they are calls into the GPU's resource manager,
     which serialises every process's calls: made outside the lock, they delayed the device
     allocations in other jobs' timed calls (the first timed pair of an outer trial allocates
     its outputs). Inside the lock the thread runs on the timing CPU: ~0.1 s. A no-op once
-    CUDA is running."""
+    CUDA is running (design 6: :func:`start_cuda_outside_lock` started it)."""
     import torch
 
-    if not device.startswith("cuda") or "cuda_started" in stats:
+    # a place recorded means CUDA has started, but design 6's fallback (to be started here)
+    if not device.startswith("cuda") or stats.get("cuda_started", STARTED_INSIDE_SEVERAL) != STARTED_INSIDE_SEVERAL:
         return
     if torch.cuda.is_initialized():  # by the snippets' own code (at import, in __init__)
-        stats["cuda_started"] = "before the first GPU section"
+        stats.setdefault("cuda_started", "before the first GPU section")
         return
-    stats["cuda_started"] = "inside the GPU lock"
+    stats.setdefault("cuda_started", STARTED_INSIDE)
     with phase(stats, "cuda_init (locked)"):
-        index = int(device.split(":")[1]) if ":" in device else 0
-        try:
-            torch.cuda.set_device(index)
-            torch.empty(1, device=device)
-        except Exception as err:  # no usable device: the run broke, not the task
-            raise InfraError(f"CUDA could not start on {device}: {short(err, 200)}") from err
-        try:
-            torch.cuda.current_blas_handle()
-        except Exception:  # noqa: BLE001 - only a warm-up
-            pass
+        _start_cuda(device)
         # the driver's threads, started from this (pinned) thread, leave the timing CPU now:
         # they would otherwise compete with it through the section's timed calls
         lock = gpulock.DeviceLock.current
         stats["driver_threads_moved"] = lock.move_other_threads_off() if lock is not None else 0
+
+
+def start_cuda_outside_lock(device: str, job: dict, stats: dict) -> None:
+    """Design 6 (opt-in, ``job["cuda_start_outside_lock"]``): start CUDA before the job's first
+    GPU section, outside the GPU lock, so the ~0.25 s of cuInit, context and cuBLAS handle no
+    longer hold it; one job at a time per GPU (:func:`l1bench.gpulock.start_lock`), so the
+    waiting jobs never call into the driver's resource manager all at once, and not on the
+    timing CPU (this process is not pinned here; the driver's threads are moved off it anyway).
+    A timed section of another job then runs beside at most one CUDA start; design 4's
+    re-timing of a first pair slowed in the driver is what catches one it delayed.
+
+    Records ``cuda_started``, ``start_lock_wait_s`` and the phase ``cuda_init (start lock)``;
+    :func:`open_device` is then a no-op. Without the flag, on the CPU, or where CUDA already
+    runs, nothing; with several GPUs visible (the GPU is chosen as its lock is taken) CUDA
+    starts inside the lock as without the flag (``STARTED_INSIDE_SEVERAL``)."""
+    if not job.get("cuda_start_outside_lock") or not device.startswith("cuda") or "cuda_started" in stats:
+        return
+    import torch
+
+    if torch.cuda.is_initialized():  # the snippets' own code did: open_device says so
+        return
+    ids = job.get("gpu_ids") or ["0"]
+    if len(ids) > 1:
+        stats["cuda_started"] = STARTED_INSIDE_SEVERAL
+        return
+    with gpulock.start_lock(f"cuda:{ids[0]}", job.get("lock_dir")) as waited:
+        stats["start_lock_wait_s"] = round(waited, 4)
+        stats["cuda_started"] = STARTED_OUTSIDE
+        with phase(stats, "cuda_init (start lock)"):
+            _start_cuda(device)
+            try:
+                torch.cuda.synchronize(device)
+            except Exception as err:
+                raise InfraError(f"CUDA could not start on {device}: {short(err, 200)}") from err
+            stats["driver_threads_moved"] = _driver_threads_off_timing_cpu()
+
+
+def _driver_threads_off_timing_cpu() -> int:
+    """Move threads of this (unpinned) process that are on the GPU's timing CPU off it, as a
+    shared section's release does (:meth:`l1bench.gpulock.DeviceLock._release`); how many."""
+    cpu = os.environ.get(timingcpus.TIMING_CPU_ENV) or timingcpus.timing_cpu_of(0)
+    if cpu is None or not hasattr(os, "sched_getaffinity"):
+        return 0
+    return timingcpus.unpin_threads(cpu, os.sched_getaffinity(0))
 
 
 def claim_gpu(job: dict, stats: dict, before_pause, mode: str | None = None):
@@ -141,6 +205,7 @@ def exclusive(device: str, job: dict, stats: dict, shared: bool = False):
     mode = lock_mode(job, shared)
     with contextlib.ExitStack() as held:
         if device.startswith("cuda") and "lock_device" not in job:
+            start_cuda_outside_lock(device, job, stats)  # design 6 only
             held.push(claim_gpu(job, stats, sync, mode).__exit__)  # placed: any free GPU
         else:
             held.enter_context(
