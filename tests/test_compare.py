@@ -102,6 +102,24 @@ def test_run_to_run_without_stalled_pairs(tmp_path):
     assert rr["stalled_per_1000"] == [pytest.approx(100.0), 0.0]
 
 
+def test_call_times_of_two_runs_apart_from_their_scores(tmp_path):
+    """The second run's timed calls all 10 % slower (first calls 50 % slower on the custom side):
+    the scores agree, the call-time medians show it; single-call trials are left out."""
+    a, b = tmp_path / "a", tmp_path / "b"
+    ref, custom = [[0.5] + [0.2] * 4] * 3, [[0.3] + [0.1] * 4] * 3
+    _write_time(a, "L1_T001", 2.0, ref_ms=ref, custom_ms=custom)
+    _write_time(b, "L1_T001", 2.0, ref_ms=[[x * 1.1 for x in t] for t in ref],
+                custom_ms=[[0.45] + [0.11] * 4] * 3)
+    _write_time(a, "L1_T002", 1.0, ref_ms=[[0.2]], custom_ms=[[0.2]])  # no steady state: left out
+    _write_time(b, "L1_T002", 1.0, ref_ms=[[0.2]], custom_ms=[[0.2]])
+    rr = compare.run_to_run(a, b)
+    ct = rr["call_times"]
+    assert rr["median"] == 0 and ct["ref_steady"]["n"] == 1
+    assert ct["ref_first"]["median"] == pytest.approx(1.1) and ct["ref_steady"]["median"] == pytest.approx(1.1)
+    assert ct["custom_first"]["median"] == pytest.approx(1.5) and ct["custom_steady"]["median"] == pytest.approx(1.1)
+    assert "custom 1.500× first call, 1.100× the others" in compare.render_run_to_run(rr, "a", "b")
+
+
 def test_cli_reports_a_bad_task_file_in_one_line(tmp_path, capsys):
     bad = tmp_path / "tasks.yaml"
     bad.write_text("modes: [default]\n")

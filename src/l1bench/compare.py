@@ -199,7 +199,37 @@ def run_to_run(first_root, second_root, mode: str = "default", protocol: str = "
         "n_full": len(full),
         "median_full": statistics.median(full) if full else None,
         "max_full": max(full) if full else None,
+        "call_times": call_time_ratios(a, b),
     }
+
+
+def _call_times(trials) -> tuple[float, float] | None:
+    """(first, steady) of one side of a paper result's timings (``ref_ms``/``custom_ms``: per
+    outer trial, its timed calls in order): the median over trials of the trial's first call
+    (the one that allocates: the harness empties the allocator between trials) and of the
+    median of its other calls. None without trials of two calls or more."""
+    full = [t for t in trials or [] if len(t) > 1]
+    if not full:
+        return None
+    return statistics.median(t[0] for t in full), statistics.median(statistics.median(t[1:]) for t in full)
+
+
+def call_time_ratios(a: dict[str, dict], b: dict[str, dict]) -> dict:
+    """How the timed calls themselves moved between two runs, apart from the scores: for the
+    tasks scored in both, the second run's first-call and steady-state times over the first's
+    (:func:`_call_times`), per side, as medians over the tasks. A run whose calls all ran
+    slower (a busier machine, a design that lets other work near the timed calls) shows here
+    even where the scores, ratios of two such times, hide it."""
+    ratios: dict[str, list[float]] = {k: [] for k in ("ref_first", "ref_steady", "custom_first", "custom_steady")}
+    for tid in sorted(set(a) & set(b)):
+        if a[tid].get("status") != Status.OK or b[tid].get("status") != Status.OK:
+            continue
+        for side in ("ref", "custom"):
+            ta, tb = _call_times(a[tid].get(f"{side}_ms")), _call_times(b[tid].get(f"{side}_ms"))
+            if ta and tb and ta[0] > 0 and ta[1] > 0:
+                ratios[f"{side}_first"].append(tb[0] / ta[0])
+                ratios[f"{side}_steady"].append(tb[1] / ta[1])
+    return {k: {"n": len(v), "median": statistics.median(v) if v else None} for k, v in ratios.items()}
 
 
 def render_run_to_run(rr: dict, first_label: str, second_label: str) -> str:
@@ -218,8 +248,16 @@ def render_run_to_run(rr: dict, first_label: str, second_label: str) -> str:
         f"max {pct(rr['max_full'])}",
         f"* all {rr['n']}, each score taken without the timed pairs holding a call stalled by the host "
         f"(`l1bench.stalls`): median {pct(rr.get('median_without_stalls'))}, max {pct(rr.get('max_without_stalls'))}",
-        "",
     ]
+    ct = rr.get("call_times")
+    if ct and ct["ref_steady"]["n"]:
+        x = lambda k: NA if ct[k]["median"] is None else f"{ct[k]['median']:.3f}×"  # noqa: E731
+        lines.append(
+            f"* timed calls, second run over first (median over {ct['ref_steady']['n']} tasks): reference "
+            f"{x('ref_first')} first call, {x('ref_steady')} the others; custom {x('custom_first')} first call, "
+            f"{x('custom_steady')} the others (a trial's first call allocates)"
+        )
+    lines.append("")
     rows = [
         [r["tid"], _fmt(r["first"], 3), _fmt(r["second"], 3), pct(r["rel_diff"]), "yes" if r["early_stopped"] else "",
          str(r.get("stalled_calls", 0) or ""), pct(r.get("rel_diff_without_stalls"))]
