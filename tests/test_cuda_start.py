@@ -327,6 +327,36 @@ def test_the_start_lock_is_per_gpu_and_named_like_its_gpu_lock(tmp_path):
     assert not held(lock_files(tmp_path, "cuda:0")[1]) and not held(lock_files(tmp_path, "cuda:1")[1])
 
 
+def test_the_runner_sees_the_start_lock_as_it_sees_the_gpu_lock(tmp_path, monkeypatch):
+    """Through the status file: waiting for another job's CUDA start is a wait (not counted
+    against the timeout), holding the start lock is a held section (a hung start is cut
+    short); the wait is in stats["lock_wait_s"], the file's running total."""
+    status = tmp_path / "status.json"
+    monkeypatch.setenv(gpulock.STATUS_ENV, str(status))
+    path = lock_files(tmp_path)[1]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    other = open(path, "a+")
+    fcntl.flock(other, fcntl.LOCK_EX)  # another job is starting CUDA
+    stats, seen = {"lock_wait_s": 1.0}, {}
+
+    def start():
+        with gpulock.start_lock("cuda:0", tmp_path, stats):
+            seen["inside"] = json.loads(status.read_text())
+
+    thread = threading.Thread(target=start, daemon=True)
+    thread.start()
+    time.sleep(SETTLE_S)
+    waiting = json.loads(status.read_text())
+    assert waiting["waiting_since"] and not waiting["holding_since"] and waiting["waited_s"] == 1.0
+    assert gpulock.waited_seconds(status) >= 1.0 + SETTLE_S * 0.9 and gpulock.held_seconds(status) == 0
+    other.close()  # the other start ends
+    thread.join(10)
+    assert seen["inside"]["holding_since"] and not seen["inside"]["waiting_since"]
+    assert stats["lock_wait_s"] >= 1.0 + SETTLE_S * 0.9
+    after = json.loads(status.read_text())
+    assert after["holding_since"] is None and after["waited_s"] == stats["lock_wait_s"]
+
+
 # --------------------------------------------------------------------------- config to worker
 
 

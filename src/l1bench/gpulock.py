@@ -393,14 +393,27 @@ def claim_free_device(
 
 
 @contextlib.contextmanager
-def start_lock(device: str, lock_dir=None):
+def start_lock(device: str, lock_dir=None, stats: dict | None = None):
     """Design 6 (opt-in, ``timing.cuda_start_outside_lock``): the flock ``l1bench-<name>.start``
     beside the device's lock, held while one process starts CUDA on the device outside the GPU
     lock, so that the jobs waiting for the GPU never start their drivers all at once. Blocking,
     exclusive, independent of the GPU lock (either may be held without the other) and not
-    pinned to the timing CPU. Yields the seconds waited for it."""
+    pinned to the timing CPU. Yields the seconds waited for it.
+
+    The runner sees it as it sees the GPU lock (the status file): the wait is not counted
+    against the job's timeout (another job's start is not this task's time), and a start held
+    longer than a GPU section may be is cut short as a hung section is. So the wait goes into
+    ``stats["lock_wait_s"]`` too (the status file's running total of waits)."""
+    stats = {} if stats is None else stats
     path = _made_lock_dir(lock_dir) / f"l1bench-{lock_name(device)}.start"
     with open(path, "a+") as fh:  # closing it lets go of the flock
         t0 = time.perf_counter()
+        _report(stats.get("lock_wait_s", 0.0), time.time())
         fcntl.flock(fh, fcntl.LOCK_EX)
-        yield time.perf_counter() - t0
+        waited = time.perf_counter() - t0
+        stats["lock_wait_s"] = stats.get("lock_wait_s", 0.0) + waited
+        _report(stats["lock_wait_s"], None, time.time())
+        try:
+            yield waited
+        finally:
+            _report(stats["lock_wait_s"], None, None)

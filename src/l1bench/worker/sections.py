@@ -107,7 +107,8 @@ def start_cuda_outside_lock(device: str, job: dict, stats: dict) -> None:
     A timed section of another job then runs beside at most one CUDA start; design 4's
     re-timing of a first pair slowed in the driver is what catches one it delayed.
 
-    Records ``cuda_started``, ``start_lock_wait_s`` and the phase ``cuda_init (start lock)``;
+    Records ``cuda_started``, ``start_lock_wait_s`` (also counted in ``lock_wait_s``: the runner
+    does not count it against the timeout) and the phase ``cuda_init (start lock)``;
     :func:`open_device` is then a no-op. Without the flag, on the CPU, or where CUDA already
     runs, nothing; with several GPUs visible (the GPU is chosen as its lock is taken) CUDA
     starts inside the lock as without the flag (``STARTED_INSIDE_SEVERAL``)."""
@@ -121,7 +122,7 @@ def start_cuda_outside_lock(device: str, job: dict, stats: dict) -> None:
     if len(ids) > 1:
         stats["cuda_started"] = STARTED_INSIDE_SEVERAL
         return
-    with gpulock.start_lock(f"cuda:{ids[0]}", job.get("lock_dir")) as waited:
+    with gpulock.start_lock(f"cuda:{ids[0]}", job.get("lock_dir"), stats) as waited:
         stats["start_lock_wait_s"] = round(waited, 4)
         stats["cuda_started"] = STARTED_OUTSIDE
         with phase(stats, "cuda_init (start lock)"):
