@@ -37,7 +37,13 @@ from l1bench.worker.harness import (
 from l1bench.worker.outcome import NO_CODE_REASON, guarded, result, upstream_status
 from l1bench.worker.protocols import TimingSetup, protocol_for
 from l1bench.worker.sections import exclusive, phase, shared
-from l1bench.worker.torch_hooks import COMPILE_MODES, release_lock_during_dynamo_compiles, wrap_baseline
+from l1bench.worker.torch_hooks import (
+    COMPILE_MODES,
+    inductor_steps,
+    release_lock_during_dynamo_compiles,
+    time_inductor_runtime_steps,
+    wrap_baseline,
+)
 
 # --------------------------------------------------------------------------- build
 
@@ -253,6 +259,9 @@ def do_time(job: dict, meta: dict, snippets: dict) -> dict:
         # (release_lock_during_dynamo_compiles), every kernel runs with it. The compiled code
         # is reused by every outer trial's model.
         stats["dynamo_compiles_unlocked"] = release_lock_during_dynamo_compiles()
+        # which of inductor's first-launch steps (Triton compile, loading, benchmarking) hold
+        # the lock: recorded, not changed (the compile step's locked time, RUN_NOTES)
+        timed_steps = time_inductor_runtime_steps()
         base_cpu, _ = baseline_on_cpu(p["seed"])
         with gpu_section(), phase(stats, "compile (tracing and code generation unlocked)"), guarded(
             f"compiling the reference ({mode})", Status.BASELINE_ERROR
@@ -261,6 +270,8 @@ def do_time(job: dict, meta: dict, snippets: dict) -> dict:
             base = wrap_baseline(move(base_cpu, device), mode)
             base(*inputs)
             del base, base_cpu, inputs
+        if timed_steps:
+            stats["inductor_steps"] = inductor_steps()
     stats["precompile_s"] = round(time.perf_counter() - t_setup, 3)
     # SM/memory clocks around the timing, read inside the sections (in-process NVML calls are
     # resource-manager calls too): at the start of the first timed section, at the end of each
