@@ -137,20 +137,28 @@ def gpu_samples(lines) -> dict:
     }
 
 
+def _stat_row(parts: list[str]) -> tuple[int, int, int]:
+    """One /proc/stat CPU line, split after the sampler's epoch (``<epoch> cpu[N] user nice
+    system idle iowait irq softirq ...``): (total, idle + iowait, irq + softirq) jiffies."""
+    vals = [int(x) for x in parts[2:]]
+    return sum(vals), vals[3] + vals[4], sum(vals[5:7])
+
+
+def _shares(rows) -> tuple[list[float], list[float]]:
+    """Busy and interrupt shares of each second between consecutive :func:`_stat_row` rows."""
+    pairs = [(r0, r1) for r0, r1 in zip(rows, rows[1:], strict=False) if r1[0] > r0[0]]
+    busy = [1 - (r1[1] - r0[1]) / (r1[0] - r0[0]) for r0, r1 in pairs]
+    irq = [(r1[2] - r0[2]) / (r1[0] - r0[0]) for r0, r1 in pairs]
+    return busy, irq
+
+
 def cpu_samples(lines) -> dict:
     """Busy share of all CPUs from ``<epoch> cpu user nice system idle iowait ...`` lines
     (the first line of /proc/stat, sampled once a second)."""
-    rows = []
-    for line in lines:
-        parts = line.split()
-        if len(parts) > 5 and parts[1] == "cpu":
-            vals = [int(x) for x in parts[2:]]
-            rows.append((sum(vals), vals[3] + vals[4]))  # total, idle + iowait
+    rows = [_stat_row(parts) for parts in map(str.split, lines) if len(parts) > 5 and parts[1] == "cpu"]
     if len(rows) < 2:
         return {"samples": len(rows)}
-    busy = [
-        1 - (i1 - i0) / (t1 - t0) for (t0, i0), (t1, i1) in zip(rows, rows[1:], strict=False) if t1 > t0
-    ]
+    busy, _ = _shares(rows)
     return {
         "samples": len(busy),
         "mean_busy_pct": 100 * sum(busy) / len(busy),
@@ -164,21 +172,14 @@ def per_cpu_samples(lines) -> dict:
     one-GPU machine) mean busy share and its share of interrupt + softirq time, and the mean
     busy share of the others."""
     per: dict[str, list] = {}
-    for line in lines:
-        parts = line.split()
+    for parts in map(str.split, lines):
         if len(parts) > 6 and parts[1].startswith("cpu") and parts[1][3:].isdigit():
-            vals = [int(x) for x in parts[2:]]
-            per.setdefault(parts[1], []).append((sum(vals), vals[3] + vals[4], vals[5] + vals[6]))
-    def shares(rows):
-        pairs = [(r0, r1) for r0, r1 in zip(rows, rows[1:], strict=False) if r1[0] > r0[0]]
-        busy = [1 - (r1[1] - r0[1]) / (r1[0] - r0[0]) for r0, r1 in pairs]
-        irq = [(r1[2] - r0[2]) / (r1[0] - r0[0]) for r0, r1 in pairs]
-        return busy, irq
+            per.setdefault(parts[1], []).append(_stat_row(parts))
     if not per or min(len(rows) for rows in per.values()) < 2:
         return {"samples": 0}
     last = max(per, key=lambda name: int(name[3:]))
-    busy, irq = shares(per[last])
-    others = [b for name, rows in per.items() if name != last for b in shares(rows)[0]]
+    busy, irq = _shares(per[last])
+    others = [b for name, rows in per.items() if name != last for b in _shares(rows)[0]]
     return {
         "samples": len(busy),
         "cpus": len(per),

@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
+import time
 from pathlib import Path
 
 from l1bench import gpulock
@@ -108,8 +109,6 @@ INDUCTOR_STEP_METHODS = {
 
 
 def _timed_step(fn, name: str):
-    import time
-
     def call(*args, **kwargs):
         locked = gpulock.DeviceLock.current is not None
         t0 = time.perf_counter()
