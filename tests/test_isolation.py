@@ -236,8 +236,51 @@ def test_isolate_system_moves_what_can_move(monkeypatch, tmp_path):
     assert report["threads_moved"] == 2 and report["threads_kept"] == 1
     assert (sysfs / "devices/virtual/workqueue/cpumask").read_text() == "00007fff\n"
     assert (proc / "irq/24/smp_affinity").read_text() == "00007fff\n" and report["irqs_moved"] == 1
+    # the workflow's end puts back what it moved, except a thread whose mask changed since
+    masks[201] = {2, 3}
+    assert timingcpus.restore_system() == {"threads_restored": 1, "files_restored": 3}
+    assert masks[1] == set(range(16)) and masks[201] == {2, 3} and masks[200] == {3} and masks[7] == {15}
+    assert (sysfs / "devices/virtual/workqueue/cpumask").read_text() == "ffff\n"
+    assert (proc / "irq/24/smp_affinity").read_text() == (proc / "irq/default_smp_affinity").read_text() == "ffff\n"
+    assert timingcpus.restore_system() == {"threads_restored": 0, "files_restored": 0}  # once
     monkeypatch.setattr(os, "geteuid", lambda: 1000)
     assert timingcpus.isolate_system([15], proc=str(proc), sysfs=str(sysfs)) == {"root": False, "timing_cpus": [15]}
+
+
+def test_machine_cpus_are_the_online_ones_within_the_cgroup(tmp_path):
+    proc, sysfs = tmp_path / "proc", tmp_path / "sys"
+    assert timingcpus.machine_cpus(str(sysfs), str(proc)) == set()  # unknown
+    (sysfs / "devices/system/cpu").mkdir(parents=True)
+    (sysfs / "devices/system/cpu/online").write_text("0-15\n")
+    assert timingcpus.machine_cpus(str(sysfs), str(proc)) == set(range(16))
+    (proc / "self").mkdir(parents=True)
+    (proc / "self/cgroup").write_text("0::/job/42\n")
+    (sysfs / "fs/cgroup/job/42").mkdir(parents=True)
+    (sysfs / "fs/cgroup/job/42/cpuset.cpus.effective").write_text("0-7,12\n")
+    assert timingcpus.machine_cpus(str(sysfs), str(proc)) == set(range(8)) | {12}
+
+
+def test_an_isolating_run_plans_from_the_machine_not_from_a_narrowed_mask(monkeypatch):
+    """A run on a machine an earlier isolating run left narrowed (killed before it restored
+    the masks: this shell runs on 0-14) still times on CPU 15, and registers its restore."""
+    monkeypatch.delenv(timingcpus.RESERVED_ENV, raising=False)
+    monkeypatch.setenv(timingcpus.ISOLATE_SYSTEM_ENV, "1")
+    masks = {0: set(range(15))}
+    monkeypatch.setattr(timingcpus, "thread_siblings", lambda cpu: {cpu})
+    monkeypatch.setattr(os, "sched_getaffinity", lambda tid: set(masks[tid]))
+    monkeypatch.setattr(os, "sched_setaffinity", lambda tid, cpus: masks.__setitem__(tid, set(cpus)))
+    monkeypatch.setattr(os, "listdir", lambda path: [])
+    monkeypatch.setattr(os, "geteuid", lambda: 0)
+    monkeypatch.setattr(timingcpus, "machine_cpus", lambda: set(range(16)))
+    isolated, at_exit = [], []
+    monkeypatch.setattr(timingcpus, "isolate_system", lambda timing: isolated.append(timing) or {"root": True})
+    monkeypatch.setattr(timingcpus.atexit, "register", at_exit.append)
+    assert timingcpus.keep_workflow_off_timing_cpus(1) == [15]
+    assert isolated == [[15]] and masks[0] == set(range(15)) and at_exit == [timingcpus.restore_system]
+    # without the isolation switch the process's own mask is the plan's base (a cluster's cpuset)
+    monkeypatch.delenv(timingcpus.RESERVED_ENV)
+    monkeypatch.setenv(timingcpus.ISOLATE_SYSTEM_ENV, "0")
+    assert timingcpus.keep_workflow_off_timing_cpus(1) == [14] and isolated == [[15]]
 
 
 def test_the_worker_picks_its_gpu_without_starting_cuda(monkeypatch):

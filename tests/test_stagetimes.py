@@ -72,6 +72,17 @@ def test_per_cpu_samples_and_only_sampler_files(tmp_path):
     (tmp_path / "snakemake-1.log").write_text("Finished job 1\n")
     summary = stagetimes.samples_summary(tmp_path)
     assert summary.startswith("cpus-1.txt: samples 2, cpus 2, cpu1_busy_pct 25.00") and "snakemake" not in summary
+    # the timing CPU the results record, where it is not the highest (a machine left narrowed)
+    s0 = stagetimes.per_cpu_samples(lines, timing_cpu=0)
+    assert abs(s0["cpu0_busy_pct"] - 50) < 1e-9 and abs(s0["others_busy_pct"] - 25) < 1e-9
+    assert "cpu1_busy_pct" in stagetimes.per_cpu_samples(lines, timing_cpu=7)  # not sampled: the highest
+    assert "cpu0_busy_pct 50.00" in stagetimes.samples_summary(tmp_path, 0)
+
+
+def test_the_timing_cpu_is_the_one_most_results_record():
+    rows = [{"provenance": {"timing_cpu": c}} for c in ("14", "14", "15", None)] + [{}]
+    assert stagetimes.timing_cpu_of(rows) == 14
+    assert stagetimes.timing_cpu_of([{"provenance": {}}]) is None
 
 
 def test_a_page_is_the_printed_report_with_a_title_and_bullets(tmp_path, capsys):

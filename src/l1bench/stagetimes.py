@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import sys
-from collections import defaultdict
+from collections import Counter, defaultdict
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -166,18 +166,19 @@ def cpu_samples(lines) -> dict:
     }
 
 
-def per_cpu_samples(lines) -> dict:
+def per_cpu_samples(lines, timing_cpu: int | None = None) -> dict:
     """Busy shares per CPU from ``<epoch> cpuN user nice system idle iowait ...`` lines (every
-    CPU's line of /proc/stat, once a second): the highest-numbered CPU's (the timing CPU of a
-    one-GPU machine) mean busy share and its share of interrupt + softirq time, and the mean
-    busy share of the others."""
+    CPU's line of /proc/stat, once a second): the timing CPU's mean busy share and its share of
+    interrupt + softirq time (``timing_cpu``, as the results record it; else the
+    highest-numbered CPU, the timing CPU of a one-GPU machine), and the mean busy share of the
+    others."""
     per: dict[str, list] = {}
     for parts in map(str.split, lines):
         if len(parts) > 6 and parts[1].startswith("cpu") and parts[1][3:].isdigit():
             per.setdefault(parts[1], []).append(_stat_row(parts))
     if not per or min(len(rows) for rows in per.values()) < 2:
         return {"samples": 0}
-    last = max(per, key=lambda name: int(name[3:]))
+    last = f"cpu{timing_cpu}" if f"cpu{timing_cpu}" in per else max(per, key=lambda name: int(name[3:]))
     busy, irq = _shares(per[last])
     others = [b for name, rows in per.items() if name != last for b in _shares(rows)[0]]
     return {
@@ -189,20 +190,30 @@ def per_cpu_samples(lines) -> dict:
     }
 
 
+def timing_cpu_of(rows) -> int | None:
+    """The timing CPU most of the results' workers ran their GPU sections on (provenance
+    ``timing_cpu``); None when none records one."""
+    seen = Counter(
+        int(cpu) for res in rows if str(cpu := (res.get("provenance") or {}).get("timing_cpu") or "").isdigit()
+    )
+    return seen.most_common(1)[0][0] if seen else None
+
+
 #: The samplers of scripts/device_run.sh, by file-name prefix (other files are not samples).
 SAMPLERS = {"gpu-": gpu_samples, "cpus-": per_cpu_samples, "cpu-": cpu_samples}
 
 
-def samples_summary(folder) -> str:
+def samples_summary(folder, timing_cpu: int | None = None) -> str:
     """One line per sampler file of ``scripts/device_run.sh`` (GPU utilisation, CPU busy, the
-    timing CPU's busy share); other files in the folder (Snakemake logs) are left out."""
+    timing CPU's busy share: ``timing_cpu``, else the highest); other files in the folder
+    (Snakemake logs) are left out."""
     out = []
     for path in sorted(Path(folder).glob("*")):
         reader = next((f for prefix, f in SAMPLERS.items() if path.name.startswith(prefix)), None)
         if reader is None:
             continue
         lines = path.read_text(errors="replace").splitlines()
-        summary = reader(lines)
+        summary = reader(lines, timing_cpu) if reader is per_cpu_samples else reader(lines)
         vals = ", ".join(f"{k} {v:.2f}" if isinstance(v, float) else f"{k} {v}" for k, v in summary.items())
         out.append(f"{path.name}: {vals}")
     return "\n".join(out)
@@ -220,7 +231,7 @@ def report(root, samples=None, since=None, until=None, bullet: str = "") -> str:
         stalls.describe_rate(stalls.stall_rate(r for r in rows if r["kind"] == "time")),
     ]
     if samples:
-        lines += samples_summary(samples).splitlines()
+        lines += samples_summary(samples, timing_cpu_of(rows)).splitlines()
     by_phase = lock_by_phase(rows)
     steps = "\n\nGPU lock by step (results that record it):\n\n" + phase_table(by_phase) if by_phase else ""
     return table(stats) + "\n\n" + "\n".join(bullet + line for line in lines) + steps

@@ -12,7 +12,7 @@ import random
 import time
 from pathlib import Path
 
-from l1bench import provenance
+from l1bench import gpulock, provenance
 from l1bench.results import Status
 from l1bench.snippet import (
     SnippetError,
@@ -24,6 +24,7 @@ from l1bench.snippet import (
     short,
     to_device,
 )
+from l1bench.worker import lockprofile
 from l1bench.worker.harness import (
     BASELINE_MODES,
     CustomBuilder,
@@ -40,6 +41,7 @@ from l1bench.worker.sections import exclusive, phase, shared
 from l1bench.worker.torch_hooks import (
     COMPILE_MODES,
     inductor_steps,
+    prepare_compile,
     release_lock_during_dynamo_compiles,
     time_inductor_runtime_steps,
     wrap_baseline,
@@ -263,13 +265,22 @@ def do_time(job: dict, meta: dict, snippets: dict) -> dict:
         # the lock: recorded, not changed (the compile step's locked time, RUN_NOTES)
         timed_steps = time_inductor_runtime_steps()
         base_cpu, _ = baseline_on_cpu(p["seed"])
-        with gpu_section(), phase(stats, "compile (tracing and code generation unlocked)"), guarded(
-            f"compiling the reference ({mode})", Status.BASELINE_ERROR
-        ):
-            inputs = make_inputs(get_inputs, device, on_dev)
-            base = wrap_baseline(move(base_cpu, device), mode)
-            base(*inputs)
-            del base, base_cpu, inputs
+        # imports and torch.compile's wrapper before the lock, not in the section (CPU only)
+        stats["compile_prepared_s"] = prepare_compile(mode)
+        # opt-in diagnosis: what the compile step does while it holds the lock (sampled stacks)
+        sampler = lockprofile.sampler_if_asked(
+            lambda: gpulock.DeviceLock.current is not None and pending["warmup"] is None
+        )
+        with sampler or contextlib.nullcontext():
+            with gpu_section(), phase(stats, "compile (tracing and code generation unlocked)"), guarded(
+                f"compiling the reference ({mode})", Status.BASELINE_ERROR
+            ):
+                inputs = make_inputs(get_inputs, device, on_dev)
+                base = wrap_baseline(move(base_cpu, device), mode)
+                base(*inputs)
+                del base, base_cpu, inputs
+        if sampler is not None:
+            stats["compile_lock_profile"] = sampler.summary()
         if timed_steps:
             stats["inductor_steps"] = inductor_steps()
     stats["precompile_s"] = round(time.perf_counter() - t_setup, 3)

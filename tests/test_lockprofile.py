@@ -1,0 +1,91 @@
+"""The compile step's lock profile (opt-in sampled stacks) and the CPU work moved before it."""
+
+import json
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+from l1bench.worker import lockprofile
+
+
+def test_summarize_counts_a_function_once_per_sample_and_the_innermost_as_leaf():
+    stacks = [
+        ["m:leaf", "m:recur", "m:recur", "m:main"],
+        ["m:other", "m:recur", "m:main"],
+        ["l1bench.worker.lockprofile:_run", "m:main"],
+    ]
+    out = lockprofile.summarize(stacks, 0.01, skip=("l1bench.worker.lockprofile:",))
+    assert out["samples"] == 3 and out["sampled_s"] == 0.03
+    inclusive = dict(out["inclusive_s"])
+    assert inclusive["m:main"] == 0.03 and inclusive["m:recur"] == 0.02  # not 0.03: counted once per sample
+    assert "l1bench.worker.lockprofile:_run" not in inclusive
+    assert dict(out["leaf_s"]) == {"m:leaf": 0.01, "m:other": 0.01, "m:main": 0.01}
+    assert lockprofile.summarize(stacks, 0.01, top=1)["inclusive_s"] == [["m:main", 0.03]]
+
+
+def _busy_in_the_lock(seconds):
+    t0 = time.perf_counter()
+    while time.perf_counter() - t0 < seconds:
+        pass
+
+
+def test_the_sampler_records_the_calling_thread_only_while_held():
+    held = threading.Event()
+    with lockprofile.LockedStackSampler(held.is_set, interval_s=0.002) as sampler:
+        _busy_in_the_lock(0.1)  # not held: nothing sampled
+        assert sampler.stacks == []
+        held.set()
+        _busy_in_the_lock(0.2)
+    n = len(sampler.stacks)
+    assert n >= 10
+    summary = sampler.summary()
+    inclusive = dict(summary["inclusive_s"])
+    assert inclusive[f"{__name__}:_busy_in_the_lock"] >= 0.5 * n * 0.002
+    assert not any(name.startswith("l1bench.worker.lockprofile:") for name, _ in summary["inclusive_s"])
+    time.sleep(0.02)
+    assert len(sampler.stacks) == n  # stopped at exit
+
+
+@pytest.mark.parametrize("value,on", [("", False), ("0", False), ("1", True)])
+def test_the_sampler_is_opt_in(value, on):
+    got = lockprofile.sampler_if_asked(lambda: True, env={lockprofile.PROFILE_ENV: value})
+    assert (got is not None) is on
+    assert lockprofile.sampler_if_asked(lambda: True, env={}) is None
+
+
+def test_prepare_compile_imports_before_the_section_without_starting_cuda():
+    """In a fresh process: inductor's compile_fx is imported and a compile wrapper made, no CUDA."""
+    code = (
+        "import sys, json\n"
+        "from l1bench.worker import torch_hooks\n"
+        "before = 'torch._inductor.compile_fx' in sys.modules\n"
+        "s = torch_hooks.prepare_compile('torch_compile')\n"
+        "import torch\n"
+        "print(json.dumps([before, 'torch._inductor.compile_fx' in sys.modules, s, torch.cuda.is_initialized()]))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=300)
+    before, after, seconds, cuda = json.loads(out.stdout.strip().splitlines()[-1])
+    assert (before, after, cuda) == (False, True, False)
+    assert seconds > 0
+
+
+def test_prepare_compile_leaves_errors_to_the_section(monkeypatch):
+    from l1bench.worker import torch_hooks
+
+    def broken(model, mode):
+        raise RuntimeError("no inductor here")
+
+    monkeypatch.setattr(torch_hooks, "wrap_baseline", broken)
+    assert torch_hooks.prepare_compile("torch_compile") >= 0
+
+
+def test_prepare_compile_does_nothing_inside_the_lock(tmp_path):
+    from l1bench import gpulock
+    from l1bench.worker import torch_hooks
+
+    with gpulock.device_lock("cpu", tmp_path, {}):
+        assert torch_hooks.prepare_compile("torch_compile") is None
+    assert torch_hooks.prepare_compile("torch_compile") >= 0
