@@ -5,6 +5,7 @@ import subprocess
 import sys
 import threading
 import time
+import weakref
 
 import pytest
 
@@ -89,3 +90,27 @@ def test_prepare_compile_does_nothing_inside_the_lock(tmp_path):
     with gpulock.device_lock("cpu", tmp_path, {}):
         assert torch_hooks.prepare_compile("torch_compile") is None
     assert torch_hooks.prepare_compile("torch_compile") >= 0
+
+
+class _Payload:
+    pass
+
+
+def _hold_a_local_while(held, seconds):
+    payload = _Payload()
+    held.set()
+    _busy_in_the_lock(seconds)
+    held.clear()  # no more samples: a frame the sampler kept would stay referenced
+    return weakref.ref(payload)
+
+
+def test_the_sampler_keeps_no_frame_and_so_no_local_alive():
+    """A sampled frame held between samples keeps its locals (tensors) alive after its
+    function returned: CUDA graph trees then fail with "tensor(s) in the cudagraph pool not
+    tracked as outputs" (the reduce-overhead mode with the profiler on, session nine)."""
+    held = threading.Event()
+    with lockprofile.LockedStackSampler(held.is_set, interval_s=0.002) as sampler:
+        ref = _hold_a_local_while(held, 0.1)
+        time.sleep(0.02)
+        assert len(sampler.stacks) >= 5
+        assert ref() is None

@@ -10,6 +10,7 @@ the last finish, and how many paper-protocol timed calls a host-side stall stret
 from __future__ import annotations
 
 import json
+import re
 import sys
 from collections import Counter, defaultdict
 from datetime import datetime, timezone
@@ -110,6 +111,82 @@ def phase_table(by_phase: dict) -> str:
         [k, *(round(v.get(s, 0.0), 1) for s in steps), round(sum(v.values()), 1)] for k, v in sorted(by_phase.items())
     ]
     return tabulate(rows, ["stage (GPU lock s)", *steps, "total"], tablefmt="github")
+
+
+#: Generated module names folded into one (inductor's compiled graphs, the tasks' snippets).
+_GENERATED = (
+    (re.compile(r"^torch\._inductor\.runtime\.compile_tasks\.\w+:"), "torch._inductor.runtime.compile_tasks.<graph>:"),
+    (re.compile(r"^l1snip_\w+:"), "<task snippet>:"),
+)
+
+
+#: Call plumbing every compiled call passes through (the worker's entry, modules' __call__,
+#: dynamo's and AOT autograd's wrappers, the compiled graph's and the snippet's own frames):
+#: left out of a profile's "on the stack" column, which then says what the time splits into.
+_PLUMBING = (
+    "runpy:", "__main__:", "l1bench.worker.entry:", "l1bench.worker.stages:", "contextlib:",
+    "torch.nn.modules.module:", "torch._dynamo.eval_frame:", "torch._functorch.", "torch._inductor.output_code:",
+    "torch._inductor.utils:run", "torch._inductor.compile_fx:run", "torch._inductor.runtime.compile_tasks.<graph>:",
+    "<task snippet>:", "l1bench.worker.torch_hooks:call",
+)
+
+
+def _fold(name: str) -> str:
+    for pattern, repl in _GENERATED:
+        name = pattern.sub(repl, name)
+    return name
+
+
+def compile_lock_profile(rows, top: int = 12) -> dict:
+    """{stage: {"results", "sampled_s", "locked_s", "inclusive": [(function, s)], "leaf": [...]}}
+    over the results that record ``compile_lock_profile`` (the worker's opt-in sampled stacks
+    of the compile step's locked time, ``L1BENCH_PROFILE_LOCKED``). Generated module names are
+    folded; the call chain down to the compiled model's kernels (``_PLUMBING``) is left out of
+    ``inclusive``, which then says what the time splits into. The worker keeps each result's
+    top 25 of both."""
+    acc: dict = defaultdict(lambda: {"results": 0, "sampled_s": 0.0, "locked_s": 0.0,
+                                     "inclusive": Counter(), "leaf": Counter()})
+    for res in rows:
+        prof = res.get("compile_lock_profile")
+        if not prof:
+            continue
+        a = acc[stage_of(res)]
+        a["results"] += 1
+        a["sampled_s"] += prof.get("sampled_s", 0.0)
+        a["locked_s"] += sum(v for k, v in (res.get("phases_locked") or {}).items() if k.startswith("compile"))
+        for key, out in (("inclusive_s", "inclusive"), ("leaf_s", "leaf")):
+            folded: Counter = Counter()
+            for name, sec in prof.get(key, []):
+                # on the stack: a folded name counts once per sample (the longest); innermost: summed
+                name = _fold(name)
+                folded[name] = max(folded[name], sec) if key == "inclusive_s" else folded[name] + sec
+            a[out].update(folded)
+    result = {}
+    for stage, a in sorted(acc.items()):
+        result[stage] = {
+            "results": a["results"],
+            "sampled_s": a["sampled_s"],
+            "locked_s": a["locked_s"],
+            "inclusive": [(n, s) for n, s in a["inclusive"].most_common() if not n.startswith(_PLUMBING)][:top],
+            "leaf": a["leaf"].most_common(top),
+        }
+    return result
+
+
+def profile_tables(profile: dict) -> str:
+    """Markdown of :func:`compile_lock_profile`: per stage, a line and one table of functions
+    (seconds on the sampled stack, and as the innermost frame)."""
+    out = []
+    for stage, p in profile.items():
+        leaf = dict(p["leaf"])
+        names = [n for n, _ in p["inclusive"]] + [n for n, _ in p["leaf"] if n not in dict(p["inclusive"])]
+        rows = [[n, round(dict(p["inclusive"]).get(n, 0.0), 2), round(leaf.get(n, 0.0), 2)] for n in names]
+        out.append(
+            f"{stage}: {p['results']} results, compile step's lock {p['locked_s']:.1f} s, "
+            f"{p['sampled_s']:.1f} s of it sampled\n\n"
+            + tabulate(rows, ["function", "on the stack s", "innermost s"], tablefmt="github")
+        )
+    return "\n\n".join(out)
 
 
 def overall(stats: dict) -> dict:
@@ -234,6 +311,13 @@ def report(root, samples=None, since=None, until=None, bullet: str = "") -> str:
         lines += samples_summary(samples, timing_cpu_of(rows)).splitlines()
     by_phase = lock_by_phase(rows)
     steps = "\n\nGPU lock by step (results that record it):\n\n" + phase_table(by_phase) if by_phase else ""
+    profile = compile_lock_profile(rows)
+    if profile:
+        steps += (
+            "\n\nThe compile step's GPU lock, sampled every 5 ms (results run with"
+            " L1BENCH_PROFILE_LOCKED=1; generated modules folded, call plumbing left out):\n\n"
+            + profile_tables(profile)
+        )
     return table(stats) + "\n\n" + "\n".join(bullet + line for line in lines) + steps
 
 

@@ -29,11 +29,13 @@ def frame_name(frame) -> str:
 
 
 def stack_of(frame, limit: int = 200) -> list[str]:
-    """The names of ``frame`` and its callers, innermost first (at most ``limit``)."""
+    """The names of ``frame`` and its callers, innermost first (at most ``limit``); keeps no
+    reference to any of them."""
     out = []
     while frame is not None and len(out) < limit:
         out.append(frame_name(frame))
         frame = frame.f_back
+    del frame
     return out
 
 
@@ -44,6 +46,8 @@ def summarize(stacks: list[list[str]], interval_s: float, top: int = 25, skip: t
     inclusive: Counter = Counter()
     leaves: Counter = Counter()
     for stack in stacks:
+        if not stack:
+            continue
         names = [n for n in stack if not n.startswith(skip)] if skip else stack
         if not names:
             continue
@@ -77,11 +81,18 @@ class LockedStackSampler:
 
     def _run(self) -> None:
         while not self._stop.wait(self.interval_s):
-            if not self.held():
-                continue
-            frame = sys._current_frames().get(self._target)
-            if frame is not None:
-                self.stacks.append(stack_of(frame))
+            if self.held() and (stack := self._sample()):
+                self.stacks.append(stack)
+
+    def _sample(self) -> list[str]:
+        """The target's stack as names. No frame outlives this call: a frame kept until the
+        next sample would keep its locals alive after its function returned (CUDA graph trees
+        then find tensors in their pool that no output tracks)."""
+        frame = sys._current_frames().get(self._target)
+        try:
+            return stack_of(frame) if frame is not None else []
+        finally:
+            del frame
 
     def __enter__(self) -> LockedStackSampler:
         self._target = threading.get_ident()
