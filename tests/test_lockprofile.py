@@ -7,8 +7,6 @@ import threading
 import time
 import weakref
 
-import pytest
-
 from l1bench.worker import lockprofile
 
 
@@ -33,28 +31,42 @@ def _busy_in_the_lock(seconds):
         pass
 
 
-def test_the_sampler_records_the_calling_thread_only_while_held():
+def test_the_sampler_records_untimed_steps_with_the_lock_held_only():
     held = threading.Event()
-    with lockprofile.LockedStackSampler(held.is_set, interval_s=0.002) as sampler:
-        _busy_in_the_lock(0.1)  # not held: nothing sampled
-        assert sampler.stacks == []
+    sampler = lockprofile.StepSampler(held.is_set, interval_s=0.002)
+    _busy_in_the_lock(0.05)  # no step: nothing sampled
+    with sampler.step("reference warm-up"):
+        _busy_in_the_lock(0.05)  # a step, but the lock is not held
         held.set()
         _busy_in_the_lock(0.2)
-    n = len(sampler.stacks)
-    assert n >= 10
-    summary = sampler.summary()
-    inclusive = dict(summary["inclusive_s"])
-    assert inclusive[f"{__name__}:_busy_in_the_lock"] >= 0.5 * n * 0.002
-    assert not any(name.startswith("l1bench.worker.lockprofile:") for name, _ in summary["inclusive_s"])
+        with sampler.step("models to device"):  # nested: the innermost step gets the samples
+            _busy_in_the_lock(0.1)
+    assert sampler._idle.is_set()  # blocked again once the step is left
+    with sampler.step("timed pairs"), sampler.step("warm-up calls"):  # timed: never sampled
+        _busy_in_the_lock(0.1)
     time.sleep(0.02)
-    assert len(sampler.stacks) == n  # stopped at exit
+    assert set(sampler.stacks) == {"reference warm-up", "models to device"}
+    n = len(sampler.stacks["reference warm-up"])
+    assert n >= 10 and len(sampler.stacks["models to device"]) >= 5
+    summary = sampler.summary()
+    inclusive = dict(summary["reference warm-up"]["inclusive_s"])
+    assert inclusive[f"{__name__}:_busy_in_the_lock"] >= 0.5 * n * 0.002
+    assert not any(name.startswith("l1bench.worker.lockprofile:") for name in inclusive)
+    assert len(sampler.stacks["reference warm-up"]) == n  # nothing after the step ended
 
 
-@pytest.mark.parametrize("value,on", [("", False), ("0", False), ("1", True)])
-def test_the_sampler_is_opt_in(value, on):
-    got = lockprofile.sampler_if_asked(lambda: True, env={lockprofile.PROFILE_ENV: value})
-    assert (got is not None) is on
-    assert lockprofile.sampler_if_asked(lambda: True, env={}) is None
+def test_the_sampler_is_opt_in(monkeypatch):
+    monkeypatch.setattr(lockprofile, "ACTIVE", None)
+    for value in ("", "0"):
+        assert lockprofile.start_if_asked(lambda: True, env={lockprofile.PROFILE_ENV: value}) is None
+    assert lockprofile.start_if_asked(lambda: True, env={}) is None
+    assert lockprofile.ACTIVE is None
+    with lockprofile.step("x"):  # without a sampler: a no-op
+        pass
+    env = {lockprofile.PROFILE_ENV: "1", lockprofile.INTERVAL_ENV: "0.001"}
+    sampler = lockprofile.start_if_asked(lambda: True, env=env)
+    assert sampler is lockprofile.ACTIVE and sampler.interval_s == 0.001
+    assert lockprofile.start_if_asked(lambda: True, env=env) is sampler  # one per process
 
 
 def test_prepare_compile_imports_before_the_section_without_starting_cuda():
@@ -96,21 +108,20 @@ class _Payload:
     pass
 
 
-def _hold_a_local_while(held, seconds):
+def _hold_a_local_for(seconds):
     payload = _Payload()
-    held.set()
     _busy_in_the_lock(seconds)
-    held.clear()  # no more samples: a frame the sampler kept would stay referenced
     return weakref.ref(payload)
 
 
 def test_the_sampler_keeps_no_frame_and_so_no_local_alive():
     """A sampled frame held between samples keeps its locals (tensors) alive after its
     function returned: CUDA graph trees then fail with "tensor(s) in the cudagraph pool not
-    tracked as outputs" (the reduce-overhead mode with the profiler on, session nine)."""
-    held = threading.Event()
-    with lockprofile.LockedStackSampler(held.is_set, interval_s=0.002) as sampler:
-        ref = _hold_a_local_while(held, 0.1)
-        time.sleep(0.02)
-        assert len(sampler.stacks) >= 5
-        assert ref() is None
+    tracked as outputs" (the reduce-overhead mode with the profiler on, session nine). One
+    sample at 0.2 s, inside the function; checked at 0.3 s, before the next one."""
+    sampler = lockprofile.StepSampler(lambda: True, interval_s=0.2)
+    with sampler.step("compile"):
+        ref = _hold_a_local_for(0.3)
+        alive = ref() is not None
+        assert len(sampler.stacks["compile"]) == 1
+    assert not alive

@@ -110,28 +110,35 @@ def test_lock_time_by_step(tmp_path):
     assert "GPU lock by step" in stagetimes.report(tmp_path)
 
 
-def test_the_compile_lock_profile_sums_results_and_leaves_the_plumbing_out():
-    def res(mode, inclusive, leaf, locked):
-        profile = {"sampled_s": sum(s for _, s in leaf), "inclusive_s": inclusive, "leaf_s": leaf}
-        return {"kind": "time", "protocol": "paper", "mode": mode, "compile_lock_profile": profile,
-                "phases_locked": {"compile (x)": locked, "timed pairs": 9}}
+def test_the_lock_profile_sums_results_by_step_and_leaves_the_plumbing_out():
+    def profile(inclusive, leaf):
+        return {"sampled_s": sum(s for _, s in leaf), "inclusive_s": inclusive, "leaf_s": leaf}
 
     graph = "torch._inductor.runtime.compile_tasks"
+    first = profile([["torch.nn.modules.module:_call_impl", 0.3], [f"{graph}.abc:call", 0.3],
+                     [f"{graph}.def:call", 0.2], ["triton_heuristics:bench", 0.2]],
+                    [["torch._ops:__call__", 0.1], ["benchmarking:benchmark_gpu", 0.2]])
     rows = [
-        res("torch_compile", [["torch.nn.modules.module:_call_impl", 0.3], [f"{graph}.abc:call", 0.3],
-                              [f"{graph}.def:call", 0.2], ["triton_heuristics:bench", 0.2]],
-            [["torch._ops:__call__", 0.1], ["benchmarking:benchmark_gpu", 0.2]], 0.5),
-        res("torch_compile", [["triton_heuristics:bench", 0.1]], [["benchmarking:benchmark_gpu", 0.1]], 0.25),
+        # the older key: the compile step alone
+        {"kind": "time", "protocol": "paper", "mode": "torch_compile", "compile_lock_profile": first,
+         "phases_locked": {stagetimes.COMPILE_STEP: 0.5, "timed pairs": 9}},
+        {"kind": "time", "protocol": "paper", "mode": "torch_compile",
+         "phases_locked": {stagetimes.COMPILE_STEP: 0.25, "reference warm-up": 0.5},
+         "lock_profile": {stagetimes.COMPILE_STEP: profile([["triton_heuristics:bench", 0.1]],
+                                                           [["benchmarking:benchmark_gpu", 0.1]]),
+                          "reference warm-up": profile([], [["torch.cuda:synchronize", 0.01]])}},
         {"kind": "time", "protocol": "paper", "mode": "default", "phases_locked": {"timed pairs": 1}},
     ]
-    prof = stagetimes.compile_lock_profile(rows)
-    assert list(prof) == ["time:paper:torch_compile"]
-    p = prof["time:paper:torch_compile"]
+    prof = stagetimes.lock_profile(rows, min_sampled_s=0.1)
+    assert list(prof) == [("time:paper:torch_compile", stagetimes.COMPILE_STEP)]  # warm-up: too few samples
+    p = prof[("time:paper:torch_compile", stagetimes.COMPILE_STEP)]
     assert p["results"] == 2 and abs(p["locked_s"] - 0.75) < 1e-9 and abs(p["sampled_s"] - 0.4) < 1e-9
     assert [(n, round(s, 3)) for n, s in p["inclusive"]] == [("triton_heuristics:bench", 0.3)]  # plumbing out
     leaf = [(n, round(s, 3)) for n, s in p["leaf"]]
     assert leaf == [("benchmarking:benchmark_gpu", 0.3), ("torch._ops:__call__", 0.1)]
+    assert ("time:paper:torch_compile", "reference warm-up") in stagetimes.lock_profile(rows, min_sampled_s=0)
     text = stagetimes.profile_tables(prof)
-    assert text.startswith("time:paper:torch_compile: 2 results, compile step's lock 0.8 s, 0.4 s of it sampled")
+    step = stagetimes.COMPILE_STEP
+    assert text.startswith(f'time:paper:torch_compile, step "{step}": 2 results, the step\'s lock 0.8 s')
     assert "| triton_heuristics:bench" in text and "module:_call_impl" not in text
-    assert stagetimes.compile_lock_profile(rows[2:]) == {}
+    assert stagetimes.lock_profile(rows[2:]) == {}

@@ -137,33 +137,46 @@ def _fold(name: str) -> str:
     return name
 
 
-def compile_lock_profile(rows, top: int = 12) -> dict:
-    """{stage: {"results", "sampled_s", "locked_s", "inclusive": [(function, s)], "leaf": [...]}}
-    over the results that record ``compile_lock_profile`` (the worker's opt-in sampled stacks
-    of the compile step's locked time, ``L1BENCH_PROFILE_LOCKED``). Generated module names are
-    folded; the call chain down to the compiled model's kernels (``_PLUMBING``) is left out of
-    ``inclusive``, which then says what the time splits into. The worker keeps each result's
-    top 25 of both."""
+#: The compile step, under which results of session nine's profile run recorded their samples
+#: (``compile_lock_profile``; since then ``lock_profile`` has every untimed step).
+COMPILE_STEP = "compile (tracing and code generation unlocked)"
+
+
+def _profiles_of(res: dict) -> dict:
+    """{step: sampled stacks summary} of a result (``lock_profile``, or the older
+    ``compile_lock_profile`` of the compile step alone)."""
+    if res.get("lock_profile"):
+        return res["lock_profile"]
+    return {COMPILE_STEP: res["compile_lock_profile"]} if res.get("compile_lock_profile") else {}
+
+
+def lock_profile(rows, top: int = 12, min_sampled_s: float = 0.5) -> dict:
+    """{(stage, step): {"results", "sampled_s", "locked_s", "inclusive": [(function, s)], "leaf":
+    [...]}} over the results that record sampled stacks of their steps' locked time (the
+    worker's opt-in ``L1BENCH_PROFILE_LOCKED``), steps with less than ``min_sampled_s`` sampled
+    left out. Generated module names are folded; the call chain down to the compiled model's
+    kernels (``_PLUMBING``) is left out of ``inclusive``, which then says what the time splits
+    into. The worker keeps each result's top 25 of both."""
     acc: dict = defaultdict(lambda: {"results": 0, "sampled_s": 0.0, "locked_s": 0.0,
                                      "inclusive": Counter(), "leaf": Counter()})
     for res in rows:
-        prof = res.get("compile_lock_profile")
-        if not prof:
-            continue
-        a = acc[stage_of(res)]
-        a["results"] += 1
-        a["sampled_s"] += prof.get("sampled_s", 0.0)
-        a["locked_s"] += sum(v for k, v in (res.get("phases_locked") or {}).items() if k.startswith("compile"))
-        for key, out in (("inclusive_s", "inclusive"), ("leaf_s", "leaf")):
-            folded: Counter = Counter()
-            for name, sec in prof.get(key, []):
-                # on the stack: a folded name counts once per sample (the longest); innermost: summed
-                name = _fold(name)
-                folded[name] = max(folded[name], sec) if key == "inclusive_s" else folded[name] + sec
-            a[out].update(folded)
+        for step, prof in _profiles_of(res).items():
+            a = acc[(stage_of(res), step)]
+            a["results"] += 1
+            a["sampled_s"] += prof.get("sampled_s", 0.0)
+            a["locked_s"] += (res.get("phases_locked") or {}).get(step, 0.0)
+            for key, out in (("inclusive_s", "inclusive"), ("leaf_s", "leaf")):
+                folded: Counter = Counter()
+                for name, sec in prof.get(key, []):
+                    # on the stack: a folded name counts once per sample (the longest); innermost: summed
+                    name = _fold(name)
+                    folded[name] = max(folded[name], sec) if key == "inclusive_s" else folded[name] + sec
+                a[out].update(folded)
     result = {}
-    for stage, a in sorted(acc.items()):
-        result[stage] = {
+    for key, a in sorted(acc.items()):
+        if a["sampled_s"] < min_sampled_s:
+            continue
+        result[key] = {
             "results": a["results"],
             "sampled_s": a["sampled_s"],
             "locked_s": a["locked_s"],
@@ -174,15 +187,15 @@ def compile_lock_profile(rows, top: int = 12) -> dict:
 
 
 def profile_tables(profile: dict) -> str:
-    """Markdown of :func:`compile_lock_profile`: per stage, a line and one table of functions
+    """Markdown of :func:`lock_profile`: per stage and step, a line and one table of functions
     (seconds on the sampled stack, and as the innermost frame)."""
     out = []
-    for stage, p in profile.items():
+    for (stage, step), p in profile.items():
         leaf = dict(p["leaf"])
         names = [n for n, _ in p["inclusive"]] + [n for n, _ in p["leaf"] if n not in dict(p["inclusive"])]
         rows = [[n, round(dict(p["inclusive"]).get(n, 0.0), 2), round(leaf.get(n, 0.0), 2)] for n in names]
         out.append(
-            f"{stage}: {p['results']} results, compile step's lock {p['locked_s']:.1f} s, "
+            f"{stage}, step \"{step}\": {p['results']} results, the step's lock {p['locked_s']:.1f} s, "
             f"{p['sampled_s']:.1f} s of it sampled\n\n"
             + tabulate(rows, ["function", "on the stack s", "innermost s"], tablefmt="github")
         )
@@ -311,10 +324,10 @@ def report(root, samples=None, since=None, until=None, bullet: str = "") -> str:
         lines += samples_summary(samples, timing_cpu_of(rows)).splitlines()
     by_phase = lock_by_phase(rows)
     steps = "\n\nGPU lock by step (results that record it):\n\n" + phase_table(by_phase) if by_phase else ""
-    profile = compile_lock_profile(rows)
+    profile = lock_profile(rows)
     if profile:
         steps += (
-            "\n\nThe compile step's GPU lock, sampled every 5 ms (results run with"
+            "\n\nWhere the untimed steps' GPU lock goes, sampled (results run with"
             " L1BENCH_PROFILE_LOCKED=1; generated modules folded, call plumbing left out):\n\n"
             + profile_tables(profile)
         )

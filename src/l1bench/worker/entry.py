@@ -14,10 +14,11 @@ import sys
 import time
 from pathlib import Path
 
-from l1bench import gpus, provenance, timingcpus
+from l1bench import gpulock, gpus, provenance, timingcpus
 from l1bench.io import atomic_write_text
 from l1bench.results import NoWorker, Status, no_worker_needed
 from l1bench.snippet import InfraError, SnippetError, sha256_text
+from l1bench.worker import lockprofile
 from l1bench.worker.outcome import EXIT_INFRA, NO_CODE_REASON, result
 from l1bench.worker.stages import do_build, do_check, do_time
 from l1bench.worker.torch_hooks import (
@@ -120,12 +121,16 @@ def run(job: dict) -> dict:
     if builds_extensions(snippets.get("custom", "")):
         remember_failed_extension_builds()
         release_lock_during_extension_builds()
+    sampler = None
     if job["kind"] == "build":
         job["device"] = "cpu"
         if job["backend"] != "cpu":  # builds (nvcc) keep clear of the timing CPUs
             timingcpus.reserve_timing_cpus(gpus.visible_gpu_count(), None)
     else:
         job["device"] = pick_device(job)
+        # opt-in (L1BENCH_PROFILE_LOCKED): where the untimed steps' GPU-lock time goes; started
+        # here, before any section, so its thread stays off the timing CPU
+        sampler = lockprofile.start_if_asked(lambda: gpulock.DeviceLock.current is not None)
     try:
         if no_worker_needed(job["kind"], has_code="custom" in snippets) is NoWorker.NO_CODE:
             res = result(job, Status.NO_CODE, NO_CODE_REASON)
@@ -133,6 +138,8 @@ def run(job: dict) -> dict:
             res = KINDS[job["kind"]](job, meta, snippets)
     except SnippetError as err:
         res = result(job, err.status, err.reason)
+    if job["kind"] != "build" and sampler is not None and (profile := sampler.summary()):
+        res["lock_profile"] = profile
     note_extension_failures(res)
     if job["kind"] in ("check", "time"):
         res["timing_design"] = timing_design(job)

@@ -25,6 +25,7 @@ import time
 
 from l1bench import gpulock, timingcpus
 from l1bench.snippet import InfraError, short
+from l1bench.worker import lockprofile
 
 
 @contextlib.contextmanager
@@ -37,7 +38,8 @@ def phase(stats: dict, name: str):
     t0, held0 = time.perf_counter(), gpulock.DeviceLock.held_so_far(stats)
     shared0 = gpulock.DeviceLock.held_so_far(stats, shared=True)
     try:
-        yield
+        with lockprofile.step(name):  # opt-in: where the step's lock time goes
+            yield
     finally:
         phases = stats.setdefault("phases", {})
         phases[name] = round(phases.get(name, 0.0) + time.perf_counter() - t0, 4)

@@ -12,7 +12,7 @@ import random
 import time
 from pathlib import Path
 
-from l1bench import gpulock, provenance
+from l1bench import provenance
 from l1bench.results import Status
 from l1bench.snippet import (
     SnippetError,
@@ -24,7 +24,6 @@ from l1bench.snippet import (
     short,
     to_device,
 )
-from l1bench.worker import lockprofile
 from l1bench.worker.harness import (
     BASELINE_MODES,
     CustomBuilder,
@@ -267,20 +266,13 @@ def do_time(job: dict, meta: dict, snippets: dict) -> dict:
         base_cpu, _ = baseline_on_cpu(p["seed"])
         # imports and torch.compile's wrapper before the lock, not in the section (CPU only)
         stats["compile_prepared_s"] = prepare_compile(mode)
-        # opt-in diagnosis: what the compile step does while it holds the lock (sampled stacks)
-        sampler = lockprofile.sampler_if_asked(
-            lambda: gpulock.DeviceLock.current is not None and pending["warmup"] is None
-        )
-        with sampler or contextlib.nullcontext():
-            with gpu_section(), phase(stats, "compile (tracing and code generation unlocked)"), guarded(
-                f"compiling the reference ({mode})", Status.BASELINE_ERROR
-            ):
-                inputs = make_inputs(get_inputs, device, on_dev)
-                base = wrap_baseline(move(base_cpu, device), mode)
-                base(*inputs)
-                del base, base_cpu, inputs
-        if sampler is not None:
-            stats["compile_lock_profile"] = sampler.summary()
+        with gpu_section(), phase(stats, "compile (tracing and code generation unlocked)"), guarded(
+            f"compiling the reference ({mode})", Status.BASELINE_ERROR
+        ):
+            inputs = make_inputs(get_inputs, device, on_dev)
+            base = wrap_baseline(move(base_cpu, device), mode)
+            base(*inputs)
+            del base, base_cpu, inputs
         if timed_steps:
             stats["inductor_steps"] = inductor_steps()
     stats["precompile_s"] = round(time.perf_counter() - t_setup, 3)
