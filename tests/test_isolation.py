@@ -277,10 +277,15 @@ def test_an_isolating_run_plans_from_the_machine_not_from_a_narrowed_mask(monkey
     monkeypatch.setattr(timingcpus.atexit, "register", at_exit.append)
     assert timingcpus.keep_workflow_off_timing_cpus(1) == [15]
     assert isolated == [[15]] and masks[0] == set(range(15)) and at_exit == [timingcpus.restore_system]
+    # not root: the report is still made (it says so), from the process's own mask, no restore
+    monkeypatch.delenv(timingcpus.RESERVED_ENV)
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
+    assert timingcpus.keep_workflow_off_timing_cpus(1) == [14] and isolated == [[15], [14]] and len(at_exit) == 1
     # without the isolation switch the process's own mask is the plan's base (a cluster's cpuset)
     monkeypatch.delenv(timingcpus.RESERVED_ENV)
     monkeypatch.setenv(timingcpus.ISOLATE_SYSTEM_ENV, "0")
-    assert timingcpus.keep_workflow_off_timing_cpus(1) == [14] and isolated == [[15]]
+    monkeypatch.setattr(os, "geteuid", lambda: 0)
+    assert timingcpus.keep_workflow_off_timing_cpus(1) == [14] and isolated == [[15], [14]]
 
 
 def test_the_worker_picks_its_gpu_without_starting_cuda(monkeypatch):

@@ -302,7 +302,8 @@ def keep_workflow_off_timing_cpus(n_devices: int) -> list[int]:
     if already:  # a parent workflow already did: keep its plan, and its mask for this process
         _set_process_affinity(already[1])
         return already[0]
-    isolating = os.environ.get(ISOLATE_SYSTEM_ENV, "") not in ("", "0") and _is_root()
+    asked = os.environ.get(ISOLATE_SYSTEM_ENV, "") not in ("", "0")
+    isolating = asked and _is_root()
     base = os.sched_getaffinity(0)
     if isolating:
         # the machine's CPUs, not this process's mask: an earlier isolating run that was
@@ -313,10 +314,11 @@ def keep_workflow_off_timing_cpus(n_devices: int) -> list[int]:
         return []
     _set_process_affinity(rest)
     os.environ[RESERVED_ENV] = ",".join(map(str, timing))
-    if isolating:
+    if asked:  # not root: the report says so ({"root": false}), and nothing moves
         report = isolate_system(timing)
         os.environ[ISOLATED_ENV] = json.dumps(report, sort_keys=True)
-        atexit.register(restore_system)  # the machine as it was found when the workflow ends
+        if isolating:
+            atexit.register(restore_system)  # the machine as it was found when the workflow ends
     return timing
 
 
