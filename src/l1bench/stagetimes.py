@@ -191,9 +191,9 @@ def profile_tables(profile: dict) -> str:
     (seconds on the sampled stack, and as the innermost frame)."""
     out = []
     for (stage, step), p in profile.items():
-        leaf = dict(p["leaf"])
-        names = [n for n, _ in p["inclusive"]] + [n for n, _ in p["leaf"] if n not in dict(p["inclusive"])]
-        rows = [[n, round(dict(p["inclusive"]).get(n, 0.0), 2), round(leaf.get(n, 0.0), 2)] for n in names]
+        inclusive, leaf = dict(p["inclusive"]), dict(p["leaf"])
+        names = list(inclusive) + [n for n in leaf if n not in inclusive]
+        rows = [[n, round(inclusive.get(n, 0.0), 2), round(leaf.get(n, 0.0), 2)] for n in names]
         out.append(
             f"{stage}, step \"{step}\": {p['results']} results, the step's lock {p['locked_s']:.1f} s, "
             f"{p['sampled_s']:.1f} s of it sampled\n\n"
@@ -268,14 +268,14 @@ def per_cpu_samples(lines, timing_cpu: int | None = None) -> dict:
             per.setdefault(parts[1], []).append(_stat_row(parts))
     if not per or min(len(rows) for rows in per.values()) < 2:
         return {"samples": 0}
-    last = f"cpu{timing_cpu}" if f"cpu{timing_cpu}" in per else max(per, key=lambda name: int(name[3:]))
-    busy, irq = _shares(per[last])
-    others = [b for name, rows in per.items() if name != last for b in _shares(rows)[0]]
+    timing = f"cpu{timing_cpu}" if f"cpu{timing_cpu}" in per else max(per, key=lambda name: int(name[3:]))
+    busy, irq = _shares(per[timing])
+    others = [b for name, rows in per.items() if name != timing for b in _shares(rows)[0]]
     return {
         "samples": len(busy),
         "cpus": len(per),
-        f"{last}_busy_pct": 100 * sum(busy) / len(busy),
-        f"{last}_irq_pct": 100 * sum(irq) / len(irq),
+        f"{timing}_busy_pct": 100 * sum(busy) / len(busy),
+        f"{timing}_irq_pct": 100 * sum(irq) / len(irq),
         "others_busy_pct": 100 * sum(others) / len(others) if others else 0.0,
     }
 

@@ -166,7 +166,7 @@ def isolate_system(timing: list[int], proc: str = "/proc", sysfs: str = "/sys") 
     Per-CPU kernel threads stay (they cannot move). Left as it is on a machine where this
     process is not root. Returns counts of what was moved and what could not be.
     """
-    report = {"root": os.geteuid() == 0 if hasattr(os, "geteuid") else False, "timing_cpus": list(timing)}
+    report = {"root": _is_root(), "timing_cpus": list(timing)}
     if not report["root"] or not timing:
         return report
     allowed = set(os.sched_getaffinity(0)) | set(timing)
