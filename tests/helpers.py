@@ -100,3 +100,33 @@ def wait_for(cond, timeout, step=0.2):
 
 def run(cmd, cwd, timeout=600, **kw):
     return subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=timeout, **kw)
+
+
+class MarkerProcess:
+    """A child process (``python -c code dir name args...``) that reports its progress by touching
+    marker files ``dir/name.<what>`` and is told to go on by ``dir/name.release``."""
+
+    def __init__(self, folder, name, code, *args):
+        self.dir, self.name = folder, name
+        self.proc = subprocess.Popen([sys.executable, "-c", code, str(folder), *args, name])
+
+    def has(self, what) -> bool:
+        return (self.dir / f"{self.name}.{what}").exists()
+
+    def wait(self, what, timeout=60.0) -> bool:
+        """Whether marker ``what`` appears within ``timeout`` seconds (the process must live)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.has(what):
+                return True
+            assert self.proc.poll() is None, f"{self.name} exited early"
+            time.sleep(0.005)
+        return False
+
+    def touch_release(self) -> None:
+        (self.dir / f"{self.name}.release").touch()
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(10)

@@ -15,7 +15,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-from helpers import SNAKEMAKE, copy_workflow, script_module
+from helpers import SNAKEMAKE, MarkerProcess, copy_workflow, script_module
 from test_shared_sections import KEYS_4, PHASES_4, demo_job, tasks  # noqa: F401 - tasks: a fixture
 
 from l1bench import gpulock, plan, timingcpus
@@ -236,42 +236,24 @@ STARTER = textwrap.dedent(
 )
 
 
-class Starter:
+class Starter(MarkerProcess):
     """A process starting (faked) CUDA on cuda:0 by design 6; its start lasts until released."""
 
     def __init__(self, tmp_path, name):
-        self.dir, self.name = tmp_path, name
-        self.proc = subprocess.Popen([sys.executable, "-c", STARTER, str(tmp_path), name])
-
-    def _is(self, what) -> bool:
-        return (self.dir / f"{self.name}.{what}").exists()
-
-    def wait(self, what, timeout=60.0) -> bool:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self._is(what):
-                return True
-            assert self.proc.poll() is None, f"{self.name} exited early"
-            time.sleep(0.005)
-        return False
+        super().__init__(tmp_path, name, STARTER)
 
     def stays_out(self) -> bool:
         assert self.wait("ready")
         time.sleep(SETTLE_S)
-        return not self._is("inside")
+        return not self.has("inside")
 
     def release(self) -> None:
         """End its CUDA start (it lets go of the start flock; :meth:`stats` waits for its end)."""
-        (self.dir / f"{self.name}.release").touch()
+        self.touch_release()
 
     def stats(self) -> dict:
         assert self.proc.wait(30) == 0
         return json.loads((self.dir / f"{self.name}.done").read_text())
-
-    def kill(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait(10)
 
 
 @pytest.fixture

@@ -4,7 +4,6 @@ the exclusive holder pinned) and the worker's use of them (CPU only)."""
 
 import json
 import os
-import subprocess
 import sys
 import textwrap
 import time
@@ -12,7 +11,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-from helpers import script_module
+from helpers import MarkerProcess, script_module
 
 from l1bench import gpulock, plan, release, split, timingcpus
 from l1bench.worker import entry, protocols, sections, stages
@@ -39,37 +38,25 @@ HOLDER = textwrap.dedent(
 )
 
 
-class Holder:
+class Holder(MarkerProcess):
     """A process that takes the CPU device's lock in ``mode`` and holds it until released."""
 
     def __init__(self, tmp_path, mode, name):
-        self.dir, self.name = tmp_path, name
-        self.proc = subprocess.Popen([sys.executable, "-c", HOLDER, str(tmp_path), mode or "plain", name])
+        super().__init__(tmp_path, name, HOLDER, mode or "plain")
 
     def held(self) -> bool:
-        return (self.dir / f"{self.name}.held").exists()
+        return self.has("held")
 
     def wait_held(self, timeout=10.0) -> bool:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.held():
-                return True
-            assert self.proc.poll() is None, f"{self.name} exited early"
-            time.sleep(0.005)
-        return False
+        return self.wait("held", timeout)
 
     def stays_blocked(self) -> bool:
         time.sleep(SETTLE_S)
         return not self.held()
 
     def release(self) -> None:
-        (self.dir / f"{self.name}.release").touch()
+        self.touch_release()
         self.proc.wait(10)
-
-    def kill(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait(10)
 
 
 @pytest.fixture
