@@ -17,6 +17,8 @@ do one kind of work at a time, each something a job of the workflow does outside
     nvcc                nvcc compiling a small CUDA file, in a loop
     load_extension      fresh processes loading built torch extensions (--ext), then a context
     nvidia_smi          nvidia-smi queries (what provenance.clocks runs twice per job)
+    resident_contexts   30 processes that start CUDA (context, cuBLAS handle, 256 MiB) and then
+                        sleep: the contexts a run's waiting jobs keep open on the GPU
     file_io             64 MiB files written, fsync'd and removed
     memory              2 GiB of fresh host memory touched and freed
     all                 all of them together (the workflow's mix)
@@ -56,10 +58,14 @@ from l1bench import hostclock, stalls, timingcpus
 
 ACTIVITIES = (
     "idle", "cpu_python", "cpu_shared", "process_churn", "cuda_context", "alloc_free", "gpu_kernels",
-    "library_first_use", "compile_first_call", "nvcc", "load_extension", "nvidia_smi", "file_io", "memory", "all",
+    "library_first_use", "compile_first_call", "nvcc", "load_extension", "nvidia_smi", "file_io", "memory",
+    "resident_contexts", "all",
 )
 #: Activities that need a CUDA device (skipped with --cpu).
-NEEDS_GPU = {"cuda_context", "alloc_free", "gpu_kernels", "library_first_use", "load_extension", "nvidia_smi"}
+NEEDS_GPU = {
+    "cuda_context", "alloc_free", "gpu_kernels", "library_first_use", "load_extension", "nvidia_smi",
+    "resident_contexts",
+}
 #: The mix of ``all``: (activity, processes).
 MIX = (("cpu_python", 8), ("process_churn", 2), ("cuda_context", 2), ("alloc_free", 1), ("library_first_use", 2),
        ("compile_first_call", 1), ("nvcc", 2), ("load_extension", 2), ("nvidia_smi", 2), ("file_io", 1), ("memory", 1))
@@ -101,6 +107,16 @@ def interfere(activity: str, until: float, ext: list[str], cpu: bool) -> int:
         while time.time() < until:
             _py("import torch; torch.cuda.init(); torch.empty(1, device='cuda'); torch.cuda.current_blas_handle()")
             n = tick(n)
+    elif activity == "resident_contexts":
+        import torch
+
+        held = torch.empty(2**26, device=dev)  # 256 MiB
+        torch.cuda.current_blas_handle()
+        torch.cuda.synchronize()
+        n = tick(n)
+        while time.time() < until:
+            time.sleep(0.05)
+        del held
     elif activity == "alloc_free":
         import torch
 
@@ -351,7 +367,7 @@ def run_phase(name: str, args, timing_cpu: int, rest: set) -> dict:
     }
     t, m, a = res["tiny"], res["medium"], res["alloc"]
     print(
-        f"{name:19s} tiny {t['calls']:7d} calls, stalled {t.get('stalled_per_1000', 0):6.2f}/1000 "
+        f"{name:19s} tiny {t['calls']:7d} calls, median {1000 * t.get('median_ms', 0):.1f} us, stalled {t.get('stalled_per_1000', 0):6.2f}/1000 "
         f"{t.get('causes', {})}, disturbed {t.get('disturbed_per_1000', 0):6.2f}/1000 "
         f"| medium stalled {m.get('stalled_per_1000', 0):6.2f}/1000 {m.get('causes', {})} "
         f"| alloc median {a.get('median_ms', 0):.3f} ms p99 {a.get('p99_ms', 0):.3f} max {a.get('max_ms', 0):.2f}, "
@@ -367,7 +383,7 @@ def default_count(activity: str, rest: set) -> int:
     return {
         "cpu_python": 2 * len(rest), "cpu_shared": 2 * len(rest) + 2, "process_churn": 6, "cuda_context": 4,
         "alloc_free": 2, "gpu_kernels": 1, "library_first_use": 4, "compile_first_call": 3, "nvcc": 4,
-        "load_extension": 4, "nvidia_smi": 4, "file_io": 2, "memory": 2,
+        "load_extension": 4, "nvidia_smi": 4, "file_io": 2, "memory": 2, "resident_contexts": 30,
     }[activity]
 
 
