@@ -367,7 +367,8 @@ def run_phase(name: str, args, timing_cpu: int, rest: set) -> dict:
     }
     t, m, a = res["tiny"], res["medium"], res["alloc"]
     print(
-        f"{name:19s} tiny {t['calls']:7d} calls, median {1000 * t.get('median_ms', 0):.1f} us, stalled {t.get('stalled_per_1000', 0):6.2f}/1000 "
+        f"{name:19s} tiny {t['calls']:7d} calls, median {1000 * t.get('median_ms', 0):.1f} us, "
+        f"stalled {t.get('stalled_per_1000', 0):6.2f}/1000 "
         f"{t.get('causes', {})}, disturbed {t.get('disturbed_per_1000', 0):6.2f}/1000 "
         f"| medium stalled {m.get('stalled_per_1000', 0):6.2f}/1000 {m.get('causes', {})} "
         f"| alloc median {a.get('median_ms', 0):.3f} ms p99 {a.get('p99_ms', 0):.3f} max {a.get('max_ms', 0):.2f}, "
