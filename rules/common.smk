@@ -287,7 +287,12 @@ def evaluation_params(kind):
 
 def time_priority(wildcards):
     """plan.time_priority of a time job."""
-    return plan.time_priority(wildcards.protocol, wildcards.mode)
+    return plan.time_priority(wildcards.protocol, wildcards.mode, wildcards.tid)
+
+
+def check_priority(wildcards):
+    """plan.check_priority of a check job."""
+    return plan.check_priority(wildcards.tid)
 
 
 def compile_slots(wildcards):

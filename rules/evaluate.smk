@@ -35,7 +35,7 @@ rule check_task:
         f"{RES}/check/{{tid}}.json",
     log:
         f"{LOGS}/check_task/{{tid}}.log",
-    priority: 9
+    priority: check_priority
     conda:
         "../envs/environment.yaml"
     resources:

@@ -348,7 +348,8 @@ def test_timing_flags_are_in_the_params_only_when_on():
 
 
 def test_time_job_priorities_compile_slots_and_strict_params():
-    check_priority = 9  # rules/evaluate.smk
+    check_priority = plan.check_priority("L1_T001")
+    assert check_priority == plan.check_priority() == plan.CHECK_PRIORITY == 9
     for mode in ALL_MODES:
         assert plan.time_priority("strict", mode) == 5
         assert plan.time_priority("paper", mode) > check_priority
@@ -361,6 +362,19 @@ def test_time_job_priorities_compile_slots_and_strict_params():
     assert plan.strict_params("paper", strict) is None
     got = plan.strict_params("strict", strict)
     assert "modes" not in got and got == {k: v for k, v in CONFIG["strict"].items() if k != "modes"}
+
+
+def test_level_3_checks_and_compile_jobs_go_first():
+    """A level-3 task's check outranks every time job, and its compile-mode jobs every other
+    job but builds: their code generation is the run's longest (session ten's tail)."""
+    l3, l2 = "L3_T015", "L2_T012"
+    others = [plan.time_priority(p, m, t) for p in ("paper", "strict") for m in ALL_MODES for t in (l2, l3)]
+    compile_l3 = [plan.time_priority("paper", m, l3) for m in ALL_MODES if m.startswith("torch_compile")]
+    assert plan.check_priority(l3) > max(o for o in others if o not in compile_l3)
+    assert min(compile_l3) > plan.check_priority(l3) > plan.time_priority("paper", "torch_compile", l2)
+    assert plan.time_priority("paper", "default", l3) == plan.time_priority("paper", "default", l2) == 10
+    assert plan.time_priority("strict", "torch_compile", l3) == 5
+    assert plan.check_priority(l2) == plan.CHECK_PRIORITY
 
 
 def test_a_finished_result_takes_no_meta_input_before_the_split(tmp_path):
