@@ -180,6 +180,7 @@ ALL_TIDS = [rel.task_id(lv, tk) for lv, tk in ALL_IDS]
 TIDS = selected_tids()
 FINGERPRINT = release_fingerprint()
 NO_CODE_TIDS = plan.no_code_tids(LOCAL_RELEASE)
+HEAVY_BUILD_TIDS = plan.heavy_build_tids(LOCAL_RELEASE)
 
 
 wildcard_constraints:
@@ -288,6 +289,16 @@ def evaluation_params(kind):
 def time_priority(wildcards):
     """plan.time_priority of a time job."""
     return plan.time_priority(wildcards.protocol, wildcards.mode, wildcards.tid)
+
+
+def build_slots(wildcards):
+    """plan.build_slots of a build job."""
+    return plan.build_slots(wildcards.tid, HEAVY_BUILD_TIDS)
+
+
+def build_priority(wildcards):
+    """plan.build_priority of a build job."""
+    return plan.build_priority(wildcards.tid)
 
 
 def check_priority(wildcards):

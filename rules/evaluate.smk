@@ -11,12 +11,12 @@ rule build_task:
         f"{RES}/build/{{tid}}.json",
     log:
         f"{LOGS}/build_task/{{tid}}.log",
-    priority: 30
+    priority: build_priority
     conda:
         "../envs/environment.yaml"
     threads: 1
     resources:
-        builds=1,
+        builds=build_slots,
     params:
         kind="build",
         backend="cpu" if IS_DEMO else "cuda",

@@ -425,3 +425,27 @@ def test_a_report_reads_an_archive_folder_or_a_trees_time_results(tmp_path):
     assert plan.tree_results(str(tree)) == [b, a]
     assert plan.tree_results(str(tree), "*/*") == sorted([a, b, c])
     assert plan.tree_results(str(tmp_path / "none")) == []
+
+
+def test_build_slots_only_for_builds_that_compile():
+    """A build that compiles nothing takes no `builds` slot (it must not queue behind nvcc);
+    one that may compile does, and so does every build while the release is not parsed."""
+    make = lambda n, code: rel.Task(level=1, task=n, ref_code="ref", custom_code=code)  # noqa: E731
+    tasks = [
+        make(1, "from torch.utils.cpp_extension import load_inline\nmod = load_inline(name='x')"),
+        make(2, "self.f = torch.compile(m)"),
+        make(3, "import triton"),
+        make(4, "class ModelNew(nn.Module):\n    def forward(self, x):\n        return x * 2"),
+        make(5, None),
+    ]
+    heavy = plan.heavy_build_tids(tasks)
+    assert heavy == {"L1_T001", "L1_T002", "L1_T003"}
+    assert [plan.build_slots(t.tid, heavy) for t in tasks] == [1, 1, 1, 0, 0]
+    assert plan.heavy_build_tids(None) is None
+    assert plan.build_slots("L1_T004", None) == 1
+
+
+def test_level_3_builds_first():
+    assert plan.build_priority("L3_T001") == 31 > plan.build_priority("L2_T001") == plan.build_priority("L1_T001") == 30
+    assert plan.build_priority("L1_T001") > plan.check_priority("L3_T001")
+    assert plan.build_priority("L1_T001") > max(plan.time_priority("paper", m, "L3_T001") for m in ALL_MODES)

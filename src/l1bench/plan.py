@@ -142,6 +142,34 @@ def no_code_tids(local_release) -> set[str]:
     return {rel.task_id(t.level, t.task) for t in local_release or () if t.custom_missing}
 
 
+#: What in custom code makes its build job (constructing ``ModelNew`` on the CPU) heavy:
+#: compiling an inline extension, or torch.compile / Triton at construction.
+HEAVY_BUILD = re.compile(r"load_inline|cpp_extension|\bload\(|torch\.compile|triton")
+
+
+def heavy_build_tids(local_release) -> set[str] | None:
+    """Task ids whose build job compiles something (:data:`HEAVY_BUILD` in the custom code);
+    None while the release is not on disk (then every build counts as heavy)."""
+    if local_release is None:
+        return None
+    return {t.tid for t in local_release if t.custom_code and HEAVY_BUILD.search(t.custom_code)}
+
+
+def build_slots(tid: str, heavy: set[str] | None) -> int:
+    """The ``builds`` resource a build job takes: 1 when it compiles something (or the release
+    is not parsed yet), 0 when it only loads the code. The profile's ``builds`` slots cap the
+    compilers running at once; a build that compiles nothing (most tasks: 165 of 250 in the
+    h100 release) must not queue behind them: in session ten's slice such builds waited up
+    to 100 s for a slot held by nvcc, and their checks with them."""
+    return 1 if heavy is None or tid in heavy else 0
+
+
+def build_priority(tid: str) -> int:
+    """30, above every check and time job; 31 for a level-3 task, whose check and compile-mode
+    jobs are the longest chain (:func:`check_priority`)."""
+    return 31 if _long_compile(tid) else 30
+
+
 # --------------------------------------------------------------------------- the release
 
 
