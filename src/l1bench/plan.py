@@ -142,6 +142,18 @@ def no_code_tids(local_release) -> set[str]:
     return {rel.task_id(t.level, t.task) for t in local_release or () if t.custom_missing}
 
 
+#: KernelBench's level of whole architectures: their torch.compile code generation is the
+#: longest (compile step median 15-20 s against 9-12 s for levels 1 and 2, up to 160 s), so
+#: their checks and compile-mode jobs are started first (:func:`check_priority`).
+LONG_COMPILE_LEVEL = 3
+#: The check's priority (below paper time jobs: see :func:`time_priority`).
+CHECK_PRIORITY = 9
+
+
+def _long_compile(tid: str | None) -> bool:
+    return tid is not None and rel.parse_task_id(tid)[0] == LONG_COMPILE_LEVEL
+
+
 #: What in custom code makes its build job (constructing ``ModelNew`` on the CPU) heavy:
 #: compiling an inline extension, or torch.compile / Triton at construction.
 HEAVY_BUILD = re.compile(r"load_inline|cpp_extension|\bload\(|torch\.compile|triton")
@@ -400,22 +412,10 @@ def evaluation_params(kind: str, fingerprint: str | None, config: Mapping) -> di
     return p
 
 
-#: KernelBench's level of whole architectures: their torch.compile code generation is the
-#: longest (compile step median 15-20 s against 9-12 s for levels 1 and 2, up to 160 s), so
-#: their checks and compile-mode jobs are started first (:func:`check_priority`).
-LONG_COMPILE_LEVEL = 3
-#: The check's priority (below paper time jobs: see :func:`time_priority`).
-CHECK_PRIORITY = 9
-
-
-def _long_compile(tid: str | None) -> bool:
-    return tid is not None and rel.parse_task_id(tid)[0] == LONG_COMPILE_LEVEL
-
-
 def check_priority(tid: str | None = None) -> int:
     """:data:`CHECK_PRIORITY`; above every time job for a level-3 task, so that its long
     compile-mode jobs become ready as soon as it is built rather than after the other tasks'
-    time jobs (session ten's slice: L3_T015 built at 102 s, checked at 255 s, its two compile
+    time jobs (session ten's slice: L3_T015 built by 101 s, checked at 254 s, its two compile
     jobs started at 453 s and were the run's last)."""
     return 13 if _long_compile(tid) else CHECK_PRIORITY
 
