@@ -142,3 +142,22 @@ def test_the_lock_profile_sums_results_by_step_and_leaves_the_plumbing_out():
     assert text.startswith(f'time:paper:torch_compile, step "{step}": 2 results, the step\'s lock 0.8 s')
     assert "| triton_heuristics:bench" in text and "module:_call_impl" not in text
     assert stagetimes.lock_profile(rows[2:]) == {}
+
+
+def test_the_time_results_a_stopped_run_left_out_are_named(tmp_path):
+    for tid in ("L1_T001", "L3_T015"):
+        for kind, where, mode in (("check", "check", None), ("time", "time/paper/default", "default")):
+            _result(tmp_path / f"{where}/{tid}.json", kind, "2026-12-03T10:00:00+00:00", "2026-12-03T10:00:20+00:00",
+                    1, mode=mode)
+    _result(tmp_path / "time/paper/torch_compile/L1_T001.json", "time", "2026-12-03T10:00:20+00:00",
+            "2026-12-03T10:00:40+00:00", 1, mode="torch_compile")
+    for path in tmp_path.glob("**/*.json"):  # real results name their task
+        res = json.loads(path.read_text())
+        path.write_text(json.dumps(res | {"tid": path.stem}))
+    rows = list(stagetimes.results(tmp_path))
+    assert stagetimes.missing_time_results(rows) == (4, ["time:paper:torch_compile L3_T015"])
+    report = stagetimes.report(tmp_path)
+    line = "time results: 3 of 4 (each checked task in each timed stage); missing: time:paper:torch_compile L3_T015"
+    assert line in report
+    assert "time results:" not in stagetimes.report(tmp_path, since="2026-12-03T09:00:00+00:00")
+    assert stagetimes.describe_missing(3, []) == "time results: 3 of 3 (each checked task in each timed stage)"
