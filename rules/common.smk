@@ -180,7 +180,7 @@ ALL_TIDS = [rel.task_id(lv, tk) for lv, tk in ALL_IDS]
 TIDS = selected_tids()
 FINGERPRINT = release_fingerprint()
 NO_CODE_TIDS = plan.no_code_tids(LOCAL_RELEASE)
-HEAVY_BUILD_TIDS = plan.heavy_build_tids(LOCAL_RELEASE)
+EXTENSION_BUILD_TIDS = plan.extension_build_tids(LOCAL_RELEASE)
 
 
 wildcard_constraints:
@@ -293,7 +293,7 @@ def time_priority(wildcards):
 
 def build_slots(wildcards):
     """plan.build_slots of a build job."""
-    return plan.build_slots(wildcards.tid, HEAVY_BUILD_TIDS)
+    return plan.build_slots(wildcards.tid, EXTENSION_BUILD_TIDS)
 
 
 def build_priority(wildcards):

@@ -9,6 +9,7 @@ import yaml
 
 from l1bench import fetch, plan
 from l1bench import release as rel
+from l1bench.results import builds_extensions, no_worker_needed
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG = yaml.safe_load((ROOT / "config/config.yaml").read_text())
@@ -427,22 +428,28 @@ def test_a_report_reads_an_archive_folder_or_a_trees_time_results(tmp_path):
     assert plan.tree_results(str(tmp_path / "none")) == []
 
 
-def test_build_slots_only_for_builds_that_compile():
-    """A build that compiles nothing takes no `builds` slot (it must not queue behind nvcc);
-    one that may compile does, and so does every build while the release is not parsed."""
+def test_build_slots_only_for_builds_that_start_a_worker():
+    """A build takes a `builds` slot exactly when it starts a worker to compile an extension
+    (the decision of no_worker_needed); one that compiles nothing, torch.compile or Triton at
+    construction included (its build job starts no worker), takes none: it must not queue
+    behind nvcc. Every build takes one while the release is not parsed."""
     make = lambda n, code: rel.Task(level=1, task=n, ref_code="ref", custom_code=code)  # noqa: E731
     tasks = [
         make(1, "from torch.utils.cpp_extension import load_inline\nmod = load_inline(name='x')"),
-        make(2, "self.f = torch.compile(m)"),
-        make(3, "import triton"),
-        make(4, "class ModelNew(nn.Module):\n    def forward(self, x):\n        return x * 2"),
-        make(5, None),
+        make(2, "from torch.utils import cpp_extension\nmod = cpp_extension.load(name='x', sources=[])"),
+        make(3, "self.f = torch.compile(m)"),
+        make(4, "import triton"),
+        make(5, "class ModelNew(nn.Module):\n    def forward(self, x):\n        return x * 2"),
+        make(6, None),
     ]
-    heavy = plan.heavy_build_tids(tasks)
-    assert heavy == {"L1_T001", "L1_T002", "L1_T003"}
-    assert [plan.build_slots(t.tid, heavy) for t in tasks] == [1, 1, 1, 0, 0]
-    assert plan.heavy_build_tids(None) is None
-    assert plan.build_slots("L1_T004", None) == 1
+    compiling = plan.extension_build_tids(tasks)
+    assert compiling == {"L1_T001", "L1_T002"}
+    assert [plan.build_slots(t.tid, compiling) for t in tasks] == [1, 1, 0, 0, 0, 0]
+    for t in tasks[:5]:  # a slot exactly for the builds that need a worker
+        why = no_worker_needed("build", builds_extensions=builds_extensions(t.custom_code))
+        assert (why is None) == (plan.build_slots(t.tid, compiling) == 1)
+    assert plan.extension_build_tids(None) is None
+    assert plan.build_slots("L1_T005", None) == 1
 
 
 def test_level_3_builds_first():

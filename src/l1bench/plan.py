@@ -31,6 +31,7 @@ from pathlib import Path
 
 from l1bench import archive, fetch
 from l1bench import release as rel
+from l1bench.results import builds_extensions
 
 #: The embedded CPU release of ``device: demo``.
 DEMO_RELEASE = "config/demo"
@@ -154,26 +155,23 @@ def _long_compile(tid: str | None) -> bool:
     return tid is not None and rel.parse_task_id(tid)[0] == LONG_COMPILE_LEVEL
 
 
-#: What in custom code makes its build job (constructing ``ModelNew`` on the CPU) heavy:
-#: compiling an inline extension, or torch.compile / Triton at construction.
-HEAVY_BUILD = re.compile(r"load_inline|cpp_extension|\bload\(|torch\.compile|triton")
-
-
-def heavy_build_tids(local_release) -> set[str] | None:
-    """Task ids whose build job compiles something (:data:`HEAVY_BUILD` in the custom code);
-    None while the release is not on disk (then every build counts as heavy)."""
+def extension_build_tids(local_release) -> set[str] | None:
+    """Task ids whose build job compiles an extension (:func:`l1bench.results.builds_extensions`
+    of the custom code, the test by which every other build runs no worker:
+    ``NoWorker.NOTHING_TO_BUILD``); None while the release is not on disk (then every build
+    counts)."""
     if local_release is None:
         return None
-    return {t.tid for t in local_release if t.custom_code and HEAVY_BUILD.search(t.custom_code)}
+    return {t.tid for t in local_release if t.custom_code and builds_extensions(t.custom_code)}
 
 
-def build_slots(tid: str, heavy: set[str] | None) -> int:
-    """The ``builds`` resource a build job takes: 1 when it compiles something (or the release
-    is not parsed yet), 0 when it only loads the code. The profile's ``builds`` slots cap the
-    compilers running at once; a build that compiles nothing (most tasks: 165 of 250 in the
-    h100 release) must not queue behind them: in session ten's slice such builds waited up
-    to 100 s for a slot held by nvcc, and their checks with them."""
-    return 1 if heavy is None or tid in heavy else 0
+def build_slots(tid: str, compiling: set[str] | None) -> int:
+    """The ``builds`` resource a build job takes: 1 when it compiles an extension (or the
+    release is not parsed yet), 0 when it starts no worker at all. The profile's ``builds``
+    slots cap the compilers running at once; a build that compiles nothing (172 of the h100
+    release's 250 tasks) must not queue behind them: in session ten's slice such builds waited
+    up to 100 s for a slot held by nvcc, and their checks with them."""
+    return 1 if compiling is None or tid in compiling else 0
 
 
 def build_priority(tid: str) -> int:

@@ -229,6 +229,17 @@ class TaskResult:
 # --------------------------------------------------------------------------- what needs a worker
 
 
+#: What in custom code marks it as compiling a C++/CUDA extension (torch.utils.cpp_extension).
+EXTENSION_MARKERS = ("cpp_extension", "load_inline")
+
+
+def builds_extensions(source: str) -> bool:
+    """Whether custom code can compile a C++/CUDA extension (torch.utils.cpp_extension): the
+    ``builds_extensions`` fact of :func:`no_worker_needed`, and the workflow's build slots
+    (``plan.extension_build_tids``)."""
+    return any(m in source for m in EXTENSION_MARKERS)
+
+
 class NoWorker(_StrEnum):
     """Why a job's result is decided without starting a worker (:func:`no_worker_needed`)."""
 

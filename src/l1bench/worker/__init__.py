@@ -43,6 +43,7 @@ uses it (``harness.time_call``, ``harness.cuda_initialized``, ``harness.move``,
 ``torch_hooks._FAILED_BUILDS``), never ``l1bench.worker``.
 """
 
+from l1bench.results import builds_extensions
 from l1bench.snippet import InfraError
 from l1bench.worker.entry import TIMING_DESIGN, pick_device
 from l1bench.worker.harness import (
@@ -58,7 +59,6 @@ from l1bench.worker.harness import (
 from l1bench.worker.outcome import EXIT_INFRA, NO_CODE_REASON, result, upstream_status
 from l1bench.worker.sections import claim_gpu
 from l1bench.worker.torch_hooks import (
-    builds_extensions,
     exclusive_extension_build,
     extension_build_failures,
     note_extension_failures,

@@ -16,13 +16,12 @@ from pathlib import Path
 
 from l1bench import gpulock, gpus, provenance, timingcpus
 from l1bench.io import atomic_write_text
-from l1bench.results import NoWorker, Status, no_worker_needed
+from l1bench.results import NoWorker, Status, builds_extensions, no_worker_needed
 from l1bench.snippet import InfraError, SnippetError, sha256_text
 from l1bench.worker import lockprofile
 from l1bench.worker.outcome import EXIT_INFRA, NO_CODE_REASON, result
 from l1bench.worker.stages import do_build, do_check, do_time
 from l1bench.worker.torch_hooks import (
-    builds_extensions,
     note_extension_failures,
     release_lock_during_extension_builds,
     remember_failed_extension_builds,
@@ -138,7 +137,7 @@ def run(job: dict) -> dict:
             res = KINDS[job["kind"]](job, meta, snippets)
     except SnippetError as err:
         res = result(job, err.status, err.reason)
-    if job["kind"] != "build" and sampler is not None and (profile := sampler.summary()):
+    if sampler is not None and (profile := sampler.summary()):
         res["lock_profile"] = profile
     note_extension_failures(res)
     if job["kind"] in ("check", "time"):

@@ -188,14 +188,6 @@ def wrap_baseline(model, mode: str):
     return model
 
 
-EXTENSION_MARKERS = ("cpp_extension", "load_inline")
-
-
-def builds_extensions(source: str) -> bool:
-    """Whether custom code can compile a C++/CUDA extension (torch.utils.cpp_extension)."""
-    return any(m in source for m in EXTENSION_MARKERS)
-
-
 #: Extension builds that failed in this process (key: sources and flags), and their names.
 _FAILED_BUILDS: dict = {}
 _FAILED_BUILD_NAMES: dict = {}
