@@ -286,6 +286,11 @@ def evaluation_params(kind):
     return plan.evaluation_params(kind, FINGERPRINT, config)
 
 
+def time_params(wildcards):
+    """plan.evaluation_params of a time job (design 7's flag depends on its mode)."""
+    return plan.evaluation_params("time", FINGERPRINT, config, wildcards.mode)
+
+
 def time_priority(wildcards):
     """plan.time_priority of a time job."""
     return plan.time_priority(wildcards.protocol, wildcards.mode, wildcards.tid)

@@ -68,7 +68,7 @@ rule time_task:
     params:
         kind="time",
         backend="cpu" if IS_DEMO else "cuda",
-        protocol_params=evaluation_params("time"),
+        protocol_params=time_params,
         strict=strict_params,
         ext_dir=lambda w: f"{RES}/build/ext/{w.tid}",
         timeout=timeout("time"),

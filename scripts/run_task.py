@@ -76,6 +76,8 @@ def make_job(smk) -> dict:
         job["shared_sections"] = True  # timing design 5 (l1bench.worker.sections.shared)
     if timing.get("cuda_start_outside_lock"):
         job["cuda_start_outside_lock"] = True  # design 6 (sections.start_cuda_outside_lock)
+    if timing.get("task_worker"):
+        job["task_worker"] = True  # design 7: served by the task's worker (l1bench.taskworker)
     if p.kind == "build":
         job["params"] = dict(p.protocol_params["build"]) | {"seed": 42}
     if p.kind == "check":
@@ -217,12 +219,32 @@ def ledger_file(smk) -> Path:
     return ledger_path(results_root(smk), smk.output[0])
 
 
+def run_job(smk, job: dict) -> dict:
+    """The job's result from a worker: its task's worker (design 7, ``job["task_worker"]``) or a
+    worker of its own; JobFailed/JobStopped as :func:`l1bench.runner.run_worker` raises them."""
+    from l1bench.runner import run_worker
+    from l1bench.taskworker import run_in_task_worker
+
+    section_timeout = getattr(smk.params, "section_timeout", None)
+    if job.get("task_worker"):
+        return run_in_task_worker(
+            job,
+            smk.params.timeout,
+            smk.log[0],
+            results_root(smk) / "tmp" / "task-workers",
+            worker_env(smk),
+            section_timeout=section_timeout,
+            idle_s=float((smk.config.get("timing") or {}).get("task_worker_idle_s", 60)),
+        )
+    return run_worker(job, smk.params.timeout, smk.log[0], worker_env(smk), section_timeout=section_timeout)
+
+
 def main(smk) -> None:
     from l1bench import attempts as attempts_mod
     from l1bench.io import atomic_write_json
     from l1bench.log import setup_logging
     from l1bench.preflight import DRAINED_MARK
-    from l1bench.runner import JobFailed, JobStopped, run_worker
+    from l1bench.runner import JobFailed, JobStopped
 
     setup_logging(smk.log[0])  # appended to: the worker writes into the same log
     drain = os.environ.get(DRAIN_ENV)
@@ -237,13 +259,7 @@ def main(smk) -> None:
     res = without_worker(job, attempts, max_attempts)
     if res is None:
         try:
-            res = run_worker(
-                job,
-                smk.params.timeout,
-                smk.log[0],
-                worker_env(smk),
-                section_timeout=getattr(smk.params, "section_timeout", None),
-            )
+            res = run_job(smk, job)
         except JobStopped as err:
             logging.error("STOPPED (no result written, not counted as an attempt): %s", err)
             sys.exit(f"{smk.rule}: {err}")

@@ -333,7 +333,9 @@ def test_timing_flags_are_in_the_params_only_when_on():
     committed results' params hashes stay); design 5 alone as before design 6 existed; design 6
     adds its own key; builds never take them."""
     cfg = dict(CONFIG)
-    assert cfg["timing"] == {"shared_sections": False, "cuda_start_outside_lock": False}
+    assert cfg["timing"] == {
+        "shared_sections": False, "cuda_start_outside_lock": False, "task_worker": False, "task_worker_idle_s": 60
+    }
     paper = {"release": "sha", "paper": cfg["paper"]}
     for kind in ("check", "time"):
         assert plan.evaluation_params(kind, "sha", cfg) == paper

@@ -161,3 +161,25 @@ def test_the_time_results_a_stopped_run_left_out_are_named(tmp_path):
     assert line in report
     assert "time results:" not in stagetimes.report(tmp_path, since="2026-12-03T09:00:00+00:00")
     assert stagetimes.describe_missing(3, []) == "time results: 3 of 3 (each checked task in each timed stage)"
+
+
+def test_task_workers_line_counts_processes_steps_and_retirements():
+    from l1bench.stagetimes import task_workers
+
+    def row(pid, step, retired=None, started_cuda=False, wait=0.0):
+        tw = {"pid": pid, "started": f"t{pid}", "step": step, "step_lock_wait_s": wait}
+        if retired:
+            tw["retired_after"] = retired
+        phases = {"cuda_init (locked)": 0.2} if started_cuda else {}
+        return {"kind": "check", "provenance": {"task_worker": tw}, "phases_locked": phases}
+
+    assert task_workers([{"kind": "check", "provenance": {}}]) is None
+    rows = [
+        row(1, 1, started_cuda=True), row(1, 2, wait=1.5), row(1, 3),
+        row(2, 1, started_cuda=True, retired="the step replaced 1 of torch's bindings: torch.relu"),
+        row(3, 1, started_cuda=True, wait=2.0),
+    ]
+    line = task_workers(rows)
+    assert line.startswith("task workers (design 7): 3 processes served 5 steps (1.7 a process)")
+    assert "CUDA started in the lock in 3 of them" in line and "4 s in all" in line
+    assert line.endswith("retired early: 1× the step replaced 1 of torch's bindings")

@@ -52,8 +52,15 @@ _RESULT_NAME = re.compile(r"L\d+_T\d{3}\.json")
 
 _CLI_BOOLEANS = ("aggregate_only",)
 
-#: The opt-in timing designs (config ``timing``): 5 and 6, alternatives to each other.
-TIMING_FLAGS = ("shared_sections", "cuda_start_outside_lock")
+#: The opt-in timing designs (config ``timing``): 5, 6 and 7, alternatives to each other.
+TIMING_FLAGS = ("shared_sections", "cuda_start_outside_lock", "task_worker")
+
+#: The timing design of each opt-in flag (for messages).
+TIMING_DESIGNS = {"shared_sections": 5, "cuda_start_outside_lock": 6, "task_worker": 7}
+
+#: The time modes a task worker serves (design 7, ``timing.task_worker``): the eager ones. The
+#: torch.compile modes keep a process per job: dynamo's and inductor's caches would carry over.
+TASK_WORKER_MODES = ("default", "cuda_graph", "cudnn")
 
 
 class PlanError(ValueError):
@@ -82,19 +89,32 @@ def normalise_cli_values(cfg: dict) -> None:
         for key in TIMING_FLAGS:
             if key in timing:
                 timing[key] = _cli_bool(timing[key])
+        idle = timing.get("task_worker_idle_s")
+        if isinstance(idle, str) and idle.strip().isdigit():
+            timing["task_worker_idle_s"] = int(idle)
     # --config device=3090 arrives as the integer 3090: the release names are strings
     if isinstance(cfg.get("device"), int) and not isinstance(cfg.get("device"), bool):
         cfg["device"] = str(cfg["device"])
 
 
 def check_timing(timing: Mapping | None) -> None:
-    """Config ``timing`` (validated): PlanError when it turns on both opt-in designs (5,
-    ``shared_sections``, and 6, ``cuda_start_outside_lock``: alternatives, never combined)."""
+    """Config ``timing`` (validated): PlanError when it turns on more than one opt-in design (5,
+    ``shared_sections``; 6, ``cuda_start_outside_lock``; 7, ``task_worker``: alternatives, never
+    combined)."""
     on = [key for key in TIMING_FLAGS if (timing or {}).get(key)]
     if len(on) > 1:
+        designs = " and ".join(str(TIMING_DESIGNS[k]) for k in on)
         raise PlanError(
-            f"config timing: {' and '.join(on)} are alternative timing designs (5 and 6): turn on one of them"
+            f"config timing: {' and '.join(on)} are alternative timing designs ({designs}): turn on one of them"
         )
+
+
+def serves_task_worker(kind: str, mode: str | None, timing: Mapping | None) -> bool:
+    """Whether a job runs in its task's worker (design 7): with ``timing.task_worker`` on, the
+    check and the time jobs of :data:`TASK_WORKER_MODES`; never a build."""
+    if not (timing or {}).get("task_worker"):
+        return False
+    return kind == "check" or (kind == "time" and mode in TASK_WORKER_MODES)
 
 
 # --------------------------------------------------------------------------- the selection
@@ -389,16 +409,22 @@ def timeout(timeouts: Mapping[str, int], kind: str, is_demo: bool) -> int:
     return min(t, timeouts["demo_section" if kind == "gpu_section" else "demo"])
 
 
-def evaluation_params(kind: str, fingerprint: str | None, config: Mapping) -> dict:
+def evaluation_params(kind: str, fingerprint: str | None, config: Mapping, mode: str | None = None) -> dict:
     """Protocol parameters of a stage: hashed by Snakemake, so changing one reruns the stage.
     ``fingerprint``: what identifies the release content. ``timing`` (its flags that are on:
-    shared sections, design 5; CUDA started outside the lock, design 6) is added to check and
+    shared sections, design 5; CUDA started outside the lock, design 6; the task worker, design
+    7, only for the jobs it serves, :func:`serves_task_worker` of ``mode``) is added to check and
     time params only when one is on, with only the flags that are on: off, the params (and so
     every committed result's params hash) are as before the keys existed."""
     p = {"release": fingerprint, "paper": config["paper"]}
     if kind == "build":
         return {"release": fingerprint, "build": config["build"]}
-    on = {key: True for key in TIMING_FLAGS if (config.get("timing") or {}).get(key)}
+    timing = config.get("timing") or {}
+    on = {
+        key: True
+        for key in TIMING_FLAGS
+        if timing.get(key) and (key != "task_worker" or serves_task_worker(kind, mode, timing))
+    }
     if on:
         p["timing"] = on
     if kind == "check" and config["protocol"] != "paper":

@@ -223,6 +223,29 @@ def missing_time_results(rows) -> tuple[int, list[str]]:
     return len(stages) * len(checked), missing
 
 
+def task_workers(rows) -> str | None:
+    """One line on design 7's task workers (results that record ``provenance.task_worker``):
+    processes, the steps they served, CUDA's starts inside the lock among those steps, the
+    workers that retired early and why (counted), and the waits for a task's earlier steps.
+    None when no result was served by one."""
+    served = [r for r in rows if (r.get("provenance") or {}).get("task_worker")]
+    if not served:
+        return None
+    ways = [r["provenance"]["task_worker"] for r in served]
+    pids = {(w.get("pid"), w.get("started")) for w in ways}
+    starts = sum(1 for r in served if "cuda_init (locked)" in (r.get("phases_locked") or {}))
+    why = Counter(re.sub(r":.*", "", w["retired_after"]) for w in ways if w.get("retired_after"))
+    waited = sum(w.get("step_lock_wait_s") or 0.0 for w in ways)
+    line = (
+        f"task workers (design 7): {len(pids)} processes served {len(served)} steps "
+        f"({len(served) / len(pids):.1f} a process); CUDA started in the lock in {starts} of them; "
+        f"waits for a task's earlier steps {waited:.0f} s in all"
+    )
+    if why:
+        line += "; retired early: " + ", ".join(f"{n}× {reason}" for reason, n in why.most_common())
+    return line
+
+
 def describe_missing(expected: int, missing: list[str], show: int = 8) -> str:
     line = f"time results: {expected - len(missing)} of {expected} (each checked task in each timed stage)"
     if missing:
@@ -342,6 +365,9 @@ def report(root, samples=None, since=None, until=None, bullet: str = "") -> str:
     ]
     if not (since or until):  # a window holds one call of a chunked run, not the selection
         lines.insert(1, describe_missing(*missing_time_results(rows)))
+    workers = task_workers(rows)
+    if workers:
+        lines.append(workers)
     if samples:
         lines += samples_summary(samples, timing_cpu_of(rows)).splitlines()
     by_phase = lock_by_phase(rows)

@@ -35,7 +35,9 @@ Modules, each importing only from those above it in this list:
   protocols share, then the protocol of ``job["protocol"]``);
 * :mod:`~l1bench.worker.entry`: ``run``, ``main`` (``__main__``), ``KINDS``, ``pick_device``,
   ``TIMING_DESIGN`` (``TIMING_DESIGN_SHARED`` with shared sections, ``TIMING_DESIGN_CUDA_OUTSIDE``
-  with CUDA started outside the lock).
+  with CUDA started outside the lock, ``TIMING_DESIGN_TASK_WORKER`` with one process per task);
+* :mod:`~l1bench.worker.serve`: a task worker (design 7): one process serving a task's check and
+  eager-mode time steps one after another (``python -m l1bench.worker.serve``).
 
 This module re-exports the names used outside the package. They are bindings, not the names the
 code looks up: a test that replaces a function or state of the worker patches the module that

@@ -90,6 +90,13 @@ TIMING_DESIGN_SHARED = 5
 #:    inside the lock. An alternative to design 5, not combinable with it. Not yet measured on a
 #:    GPU (docs/architecture.md).
 TIMING_DESIGN_CUDA_OUTSIDE = 6
+#: 7 (opt-in: config ``timing.task_worker``, ``job["task_worker"]``): design 4, but a task's check
+#:    and its eager-mode time steps (default, cuda_graph, cudnn; paper and strict) are served one
+#:    after another by one process per task (:mod:`l1bench.worker.serve`), so CUDA starts, and the
+#:    GPU's first-use work is paid, once per task rather than once per step; torch's settings are
+#:    put back after each step and the process retires after a step that patched torch. The
+#:    compile modes keep a process per step. Not yet measured on a GPU (docs/architecture.md).
+TIMING_DESIGN_TASK_WORKER = 7
 
 
 def timing_design(job: dict) -> int:
@@ -98,6 +105,8 @@ def timing_design(job: dict) -> int:
         return TIMING_DESIGN_SHARED
     if job.get("cuda_start_outside_lock"):
         return TIMING_DESIGN_CUDA_OUTSIDE
+    if job.get("task_worker"):
+        return TIMING_DESIGN_TASK_WORKER
     return TIMING_DESIGN
 
 

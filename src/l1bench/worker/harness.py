@@ -274,6 +274,12 @@ def cuda_barred():
         torch.cuda._lazy_init = real
 
 
+#: Probe verdicts of this process (:meth:`CustomBuilder.probe`), by class: a task worker's later
+#: steps (design 7, CUDA already running) take the verdict of the task's first step instead of
+#: constructing every instance inside the lock.
+_PROBED: dict[str, tuple[bool, str]] = {}
+
+
 class CustomBuilder:
     """Builds ``ModelNew`` for a seed, keeping CPU work out of the device lock when it is safe.
 
@@ -299,8 +305,21 @@ class CustomBuilder:
             self.probe_note = "cpu backend"
             return
         if cuda_initialized():
+            earlier = _PROBED.get(self.key())
+            if earlier is not None:  # a task worker's later step (design 7): the same class
+                self.cpu_safe = earlier[0]
+                self.probe_note = f"{earlier[1]} (probed in an earlier step of this process)"
+                return
             self.probe_note = "CUDA initialised before the probe: constructed inside the lock"
             return
+        self._probe(seed)
+        _PROBED[self.key()] = (self.cpu_safe, self.probe_note)
+
+    def key(self) -> str:
+        """The class probed: its module (named after the snippet's hash) and name."""
+        return f"{getattr(self.cls, '__module__', '?')}.{getattr(self.cls, '__qualname__', '?')}"
+
+    def _probe(self, seed: int) -> None:
         from l1bench import detectors
 
         state = detectors.snapshot_global_state()

@@ -57,6 +57,9 @@ STARTED_OUTSIDE = "outside the GPU lock"  # design 6
 #: Design 6 with several GPUs visible: started inside the lock after all (which GPU the job
 #: gets is decided as it takes a GPU lock). Recorded before the start: :func:`open_device` does it.
 STARTED_INSIDE_SEVERAL = "inside the GPU lock (several GPUs)"
+#: Where CUDA was started when it already runs as a job's first section opens: set by a task
+#: worker (design 7, :mod:`l1bench.worker.serve`) for its later steps; None: by the snippets.
+CUDA_STARTED_BEFORE: str | None = None
 
 
 def _start_cuda(device: str) -> None:
@@ -89,7 +92,7 @@ def open_device(device: str, stats: dict) -> None:
     if not device.startswith("cuda") or stats.get("cuda_started", STARTED_INSIDE_SEVERAL) != STARTED_INSIDE_SEVERAL:
         return
     if torch.cuda.is_initialized():  # by the snippets' own code (at import, in __init__)
-        stats.setdefault("cuda_started", "before the first GPU section")
+        stats.setdefault("cuda_started", CUDA_STARTED_BEFORE or "before the first GPU section")
         return
     stats.setdefault("cuda_started", STARTED_INSIDE)
     with phase(stats, "cuda_init (locked)"):

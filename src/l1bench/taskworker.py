@@ -1,0 +1,237 @@
+"""The job script's side of a task worker (timing design 7, opt-in ``timing.task_worker``).
+
+A job that the task worker serves (:func:`l1bench.plan.serves_task_worker`: a check, or an
+eager-mode time job) does not start a worker of its own. :func:`run_in_task_worker` instead:
+
+1. takes its task's step lock (a file lock, ``<home>/<tid>.lock``), so that one task's steps
+   go to its worker one at a time (the time waiting is not counted against the timeout);
+2. connects to the task's worker (an abstract Unix socket named after the results folder and
+   the task: no file to go stale), or starts one (``python -m l1bench.worker.serve``, its own
+   session and process group, in the task's extension folder, its output in
+   ``<home>/<tid>.log`` between steps);
+3. sends the job, and waits for the reply as :func:`l1bench.runner.run_worker` waits for a
+   one-shot worker: the timeout does not count lock waits, a section held too long or a timeout
+   kills the worker's whole process group, and so does the end of the workflow.
+
+The outcome is the same as with a one-shot worker: a result dict, or :class:`JobFailed`
+(``timeout``, ``section_timeout``, ``infra``, ``crash``: the worker died or the step raised),
+or :class:`JobStopped`. A worker that broke or was killed costs only the step that ran: the
+task's next step finds no worker and starts a fresh one.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from l1bench import lifeline
+from l1bench.gpulock import held_seconds, waited_seconds
+from l1bench.runner import JobFailed, JobStopped, absolute_paths, worker_env
+from l1bench.worker.outcome import EXIT_INFRA
+
+#: Seconds a new worker may take to listen (imports torch and the worker's modules).
+START_TIMEOUT_S = 120.0
+
+
+def worker_name(home, tid: str) -> str:
+    """The abstract socket name of a task's worker: one per results folder and task."""
+    digest = hashlib.sha256(f"{Path(home).resolve()}|{tid}".encode()).hexdigest()[:24]
+    return f"l1bench-task-{digest}"
+
+
+def _connect(name: str) -> socket.socket | None:
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        sock.connect("\0" + name)
+    except (ConnectionRefusedError, FileNotFoundError):
+        sock.close()
+        return None
+    return sock
+
+
+def _read_line(sock: socket.socket, deadline_check) -> bytes:
+    """One line from ``sock``; ``deadline_check()`` is called every half second while none has
+    come (it raises to give up). ``b""``: the worker closed the connection (it died)."""
+    sock.settimeout(0.5)
+    data = b""
+    while not data.endswith(b"\n"):
+        try:
+            chunk = sock.recv(65536)
+        except TimeoutError:
+            deadline_check()
+            continue
+        if not chunk:
+            return b""
+        data += chunk
+    return data
+
+
+def kill_worker(pid: int | None) -> None:
+    """Kill a task worker's process group (it leads its own)."""
+    if not pid:
+        return
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+class StepLock:
+    """The task's step lock: one step at a time goes to its worker. Waiting checks the
+    workflow's lifeline (:class:`JobStopped` once it is gone)."""
+
+    def __init__(self, path: Path, poll_s: float = 0.05):
+        self.path, self.poll_s, self.fh = Path(path), poll_s, None
+        self.waited_s = 0.0
+
+    def __enter__(self):
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.fh = open(self.path, "a+")
+        t0, token = time.monotonic(), lifeline.workflow_token()
+        while True:
+            try:
+                fcntl.flock(self.fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if not lifeline.alive(token):
+                    self.fh.close()
+                    raise JobStopped(f"{self.path.stem}: stopped, the workflow that started it is gone") from None
+                time.sleep(self.poll_s)
+        self.waited_s = time.monotonic() - t0
+        return self
+
+    def __exit__(self, *exc):
+        fcntl.flock(self.fh, fcntl.LOCK_UN)
+        self.fh.close()
+
+
+def start_worker(name: str, job: dict, env: dict, server_log: Path, idle_s: float, log) -> tuple[socket.socket, int]:
+    """Start the task's worker and connect to it: (connection, pid)."""
+    scratch = Path(job.get("ext_dir") or tempfile.gettempdir()).resolve()
+    scratch.mkdir(parents=True, exist_ok=True)
+    server_log.parent.mkdir(parents=True, exist_ok=True)
+    cmd = [sys.executable, "-m", "l1bench.worker.serve", name, f"{idle_s:g}"]
+    log.write(f"$ {' '.join(cmd)}  (task worker of {job['tid']}, idle exit after {idle_s:g} s)\n")
+    log.flush()
+    with open(server_log, "a") as out:
+        proc = subprocess.Popen(
+            cmd, cwd=scratch, stdout=out, stderr=subprocess.STDOUT, env=worker_env(env), start_new_session=True
+        )
+    t0 = time.monotonic()
+    while True:
+        sock = _connect(name)
+        if sock is not None:
+            return sock, proc.pid
+        if proc.poll() is not None:
+            raise JobFailed(
+                f"{job['tid']}: the task worker exited ({proc.returncode}) before it listened, see {server_log}"
+            )
+        if time.monotonic() - t0 > START_TIMEOUT_S:
+            kill_worker(proc.pid)
+            raise JobFailed(f"{job['tid']}: the task worker did not listen within {START_TIMEOUT_S:.0f} s", "timeout")
+        time.sleep(0.05)
+
+
+def connect(name: str, job: dict, env: dict, server_log: Path, idle_s: float, log) -> tuple[socket.socket, dict]:
+    """A connection to the task's worker, started if none listens, and its greeting (``pid``,
+    ``steps`` served so far). A worker that ends as it is reached (its idle time ran out just
+    then) closes without a greeting: a fresh one is started."""
+    for _ in range(3):
+        sock = _connect(name)
+        if sock is None:
+            sock, _pid = start_worker(name, job, env, server_log, idle_s, log)
+        until = time.monotonic() + START_TIMEOUT_S
+
+        def patience(until=until):
+            if time.monotonic() > until:
+                raise JobFailed(f"{job['tid']}: the task worker did not answer within {START_TIMEOUT_S:.0f} s")
+
+        try:
+            line = _read_line(sock, patience)
+        except OSError:
+            line = b""
+        if line:
+            return sock, json.loads(line)
+        sock.close()
+        time.sleep(0.1)
+    raise JobFailed(f"{job['tid']}: no task worker could be reached (three tries)")
+
+
+def run_in_task_worker(
+    job: dict,
+    timeout: float,
+    log_path,
+    home,
+    env: dict | None = None,
+    section_timeout: float | None = None,
+    idle_s: float = 60.0,
+) -> dict:
+    """Run one step in its task's worker and return its result dict (see the module's doc).
+
+    ``home``: the folder of the step locks and the workers' own logs (``results/<device>/tmp/
+    task-workers``). The result's ``provenance.task_worker`` says which worker served it, as
+    which step, after which others; ``retired_after`` when the worker ended after it."""
+    home = Path(home)
+    job = absolute_paths(job)
+    name, token = worker_name(home, job["tid"]), lifeline.workflow_token()
+    with StepLock(home / f"{job['tid']}.lock") as step_lock, tempfile.TemporaryDirectory(prefix="l1bench-") as tmp:
+        out_path, status = Path(tmp) / "result.json", Path(tmp) / "lock-status.json"
+        with open(log_path, "a") as log:
+            sock, hello = connect(name, job, dict(env or {}), home / f"{job['tid']}.log", idle_s, log)
+            with sock:
+                pid = hello["pid"]
+                log.write(
+                    f"task worker {pid} of {job['tid']}: step {hello.get('steps', 0) + 1}"
+                    f" (waited {step_lock.waited_s:.1f} s for the task's earlier steps)\n"
+                )
+                log.flush()
+                request = {
+                    "job": job, "out": str(out_path), "status": str(status), "log": str(Path(log_path).resolve())
+                }
+                sock.sendall(json.dumps(request).encode() + b"\n")
+                t0 = time.monotonic()
+
+                def check():
+                    if not lifeline.alive(token):
+                        kill_worker(pid)
+                        raise JobStopped(f"{job['tid']}: stopped, the workflow that started it is gone")
+                    if section_timeout and held_seconds(status) > section_timeout:
+                        kill_worker(pid)
+                        raise JobFailed(f"{job['tid']}: held the GPU lock for more than {section_timeout:.0f} s",
+                                        "section_timeout")
+                    if time.monotonic() - t0 - waited_seconds(status) > timeout:
+                        kill_worker(pid)
+                        raise JobFailed(f"{job['tid']}: timed out after {timeout:.0f} s (not counting lock waits)",
+                                        "timeout")
+
+                line = _read_line(sock, check)
+            if not line:
+                kill_worker(pid)  # whatever is left of it
+                raise JobFailed(f"{job['tid']}: the task worker ({pid}) died during the step, see log")
+            reply = json.loads(line)
+            log.write(f"task worker {pid}: step done in {reply.get('wall_s', 0):.1f} s, exit status {reply['rc']}"
+                      + (f"; it retires: {reply['retire']}" if reply.get("retire") else "") + "\n")
+        if reply["rc"] == EXIT_INFRA:
+            raise JobFailed(f"{job['tid']}: infrastructure failure (CUDA fault or out of memory), see log", "infra")
+        if reply["rc"] != 0:
+            raise JobFailed(f"{job['tid']}: the step crashed in the task worker (status {reply['rc']}), see log")
+        if not out_path.exists():
+            raise JobFailed(f"{job['tid']}: the task worker replied without a result")
+        res = json.loads(out_path.read_text())
+    served = res.setdefault("provenance", {}).setdefault("task_worker", {})
+    served["step_lock_wait_s"] = round(step_lock.waited_s, 3)
+    if reply.get("restored"):
+        served["settings_restored_after"] = reply["restored"]
+    if reply.get("retire"):
+        served["retired_after"] = reply["retire"]
+    return res
+

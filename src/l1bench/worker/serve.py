@@ -1,0 +1,351 @@
+"""A task worker (timing design 7, opt-in ``timing.task_worker``): one process that serves one
+task's check and its eager-mode time steps, one after another, so that CUDA starts and the GPU's
+first-use work (module loading, cuDNN/cuBLAS set-up) is paid once per task instead of once per
+step. Run as ``python -m l1bench.worker.serve NAME IDLE_S`` by :mod:`l1bench.taskworker` (the
+job script's side), which also kills it when a step runs over its timeout.
+
+Why: session ten's profile of the 41-task slice found 40 % of the GPU lock in each process's own
+first-use cost (CUDA's start, the reference warm-up's first convolutions, models to device); the
+slice needs ~507 s of lock with one process per step. Steps stay separate, cached Snakemake jobs.
+
+What keeps a step as clean as in a fresh process (:class:`TaskWorker`):
+
+* one task per worker, never two; the torch.compile modes never come here (their dynamo and
+  inductor state would carry over): they keep a process of their own;
+* after every step, torch's process-wide settings that change speed or numerics are put back as
+  they were when the worker started (:func:`l1bench.detectors.restore_global_state`: cuDNN
+  benchmark, TF32, matmul precision, ...; 50 of the h100 release's custom codes set
+  ``cudnn.benchmark``), and the snippets' modules are dropped;
+* the worker **retires** (exits; the task's next step starts a fresh one) after a step that
+  replaced a function or class attribute in torch's namespaces (a monkeypatch,
+  :func:`replaced`), left a thread of its own running, changed grad mode or the default device,
+  broke (CUDA fault, out of memory: exit 3; any other exception: exit 1), or after
+  ``max_steps`` steps;
+* every result it writes says so: ``timing_design`` 7 and ``provenance.task_worker`` (its pid,
+  the step's number in it, the steps that ran before in the same process).
+
+The worker ends by itself when no step came for ``IDLE_S`` seconds, when the workflow that
+started it is gone (:mod:`l1bench.lifeline`), and, during a step, when the job script that sent
+the step is gone (its connection closed): it then kills its process group, as a job's guard
+kills a one-shot worker.
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import os
+import select
+import signal
+import socket
+import sys
+import threading
+import time
+import traceback
+
+from l1bench import gpus, lifeline, provenance, timingcpus
+from l1bench.gpulock import STATUS_ENV
+from l1bench.io import atomic_write_text
+from l1bench.snippet import InfraError
+from l1bench.worker.outcome import EXIT_INFRA
+
+#: Exit status of a step that raised something other than a snippet's verdict or an
+#: InfraError: a crash, as a one-shot worker's exit 1.
+EXIT_CRASH = 1
+
+#: Steps one worker serves at most before it retires (a task has a check and at most four
+#: eager time steps: paper default, cuda_graph, cudnn and strict default).
+MAX_STEPS = 8
+
+#: Prefix of snippet modules (:func:`l1bench.snippet.exec_source`), dropped after each step.
+SNIPPET_MODULE_PREFIX = "l1snip_"
+
+
+def watched_namespaces() -> dict:
+    """The objects whose attributes a step must not replace: torch's top-level namespace and its
+    functional, init, autograd, linalg, fft, special and cuda modules, the Tensor classes, and
+    every ``torch.nn`` module class (a patched ``nn.Conv2d.forward`` reaches every reference)."""
+    import torch
+    import torch.nn.functional as F
+
+    spaces = {
+        "torch": torch,
+        "torch.nn.functional": F,
+        "torch.nn.init": torch.nn.init,
+        "torch.autograd": torch.autograd,
+        "torch.linalg": torch.linalg,
+        "torch.fft": torch.fft,
+        "torch.special": torch.special,
+        "torch.cuda": torch.cuda,
+        "torch.Tensor": torch.Tensor,
+    }
+    base = getattr(torch._C, "TensorBase", None) or getattr(torch._C, "_TensorBase", None)
+    if base is not None:
+        spaces["torch._C.TensorBase"] = base
+    for name, cls in vars(torch.nn).items():
+        if isinstance(cls, type) and issubclass(cls, torch.nn.Module):
+            spaces[f"torch.nn.{name}"] = cls
+    return spaces
+
+
+def bindings(spaces: dict) -> dict:
+    """``{"space.name": object}`` of every callable, class, property or static/class method
+    bound in each space's own ``__dict__`` (the objects themselves: identity is compared)."""
+    out = {}
+    for label, space in spaces.items():
+        try:
+            items = list(vars(space).items())
+        except TypeError:
+            continue
+        for name, value in items:
+            if callable(value) or isinstance(value, (property, staticmethod, classmethod)):
+                out[f"{label}.{name}"] = value
+    return out
+
+
+def replaced(before: dict, after: dict) -> list[str]:
+    """Names of ``before`` (:func:`bindings`) that ``after`` binds to another object or no longer
+    has. Names new in ``after`` do not count: torch binds some lazily."""
+    return sorted(k for k, v in before.items() if after.get(k, replaced) is not v)
+
+
+def process_modes() -> dict:
+    """Process-wide modes that no setting restore puts back: grad mode, inference mode, anomaly
+    detection and (torch >= 2.3) the default device."""
+    import torch
+
+    modes = {
+        "grad_enabled": torch.is_grad_enabled(),
+        "inference_mode": torch.is_inference_mode_enabled(),
+        "anomaly_enabled": torch.is_anomaly_enabled(),
+    }
+    if hasattr(torch, "get_default_device"):
+        modes["default_device"] = str(torch.get_default_device())
+    return modes
+
+
+def step_label(job: dict) -> str:
+    """``check``, or ``time <protocol>/<mode>``."""
+    if job.get("kind") == "time":
+        return f"time {job.get('protocol')}/{job.get('mode')}"
+    return str(job.get("kind"))
+
+
+class TaskWorker:
+    """The state of one task worker between steps: what it must find unchanged, and what ran."""
+
+    def __init__(self, max_steps: int = MAX_STEPS):
+        from l1bench.detectors import global_state as detectors
+
+        self.max_steps = max_steps
+        self.started = provenance.now_iso()
+        self.steps: list[str] = []
+        self.tid: str | None = None
+        self.lock_device: str | None = None
+        self.gpu_id: str | None = None
+        self.settings = detectors.snapshot_global_state()
+        self.modes = process_modes()
+        self.namespaces = bindings(watched_namespaces())
+        self.threads = set(threading.enumerate())
+
+    def prepare(self, job: dict) -> None:
+        """Before a step: the GPU this worker took in its first section (so the step takes the
+        same GPU's lock), and the note that CUDA is already running."""
+        from l1bench.worker import sections
+
+        if self.tid is not None and job.get("tid") != self.tid:
+            raise ValueError(f"task worker of {self.tid} was sent a step of {job.get('tid')}")
+        self.tid = job.get("tid")
+        if self.lock_device:
+            job["lock_device"] = self.lock_device
+        if self.steps:
+            sections.CUDA_STARTED_BEFORE = "in an earlier step of this task worker"
+
+    def record(self, job: dict, res: dict) -> None:
+        """After a step that made a result: what the result says about this worker."""
+        self.lock_device = job.get("lock_device") or self.lock_device
+        self.gpu_id = res.get("gpu_id") or self.gpu_id
+        res.setdefault("provenance", {})["task_worker"] = {
+            "pid": os.getpid(),
+            "started": self.started,
+            "step": len(self.steps) + 1,
+            "earlier_steps": list(self.steps),
+            "gpu_id": self.gpu_id,
+        }
+        self.steps.append(step_label(job))
+
+    def tidy(self) -> dict:
+        """After a step: settings put back, snippet modules dropped; ``{"restored": [...],
+        "retire": reason or None}``."""
+        from l1bench.detectors import global_state as detectors
+        from l1bench.detectors.checks import _foreign_threads
+
+        restored = detectors.diff_global_state(self.settings, detectors.snapshot_global_state())
+        if restored:
+            detectors.restore_global_state(self.settings)
+        for name in [n for n in sys.modules if n.startswith(SNIPPET_MODULE_PREFIX)]:
+            del sys.modules[name]
+        gc.collect()
+        why = None
+        patched = replaced(self.namespaces, bindings(watched_namespaces()))
+        modes = process_modes()
+        left = [t.name for t in _foreign_threads(self.threads)]
+        still = detectors.diff_global_state(self.settings, detectors.snapshot_global_state())
+        if patched:
+            why = f"the step replaced {len(patched)} of torch's bindings: {', '.join(patched[:4])}"
+        elif modes != self.modes:
+            why = "the step changed " + ", ".join(k for k in modes if modes[k] != self.modes.get(k))
+        elif left:
+            why = f"threads the step started still run: {', '.join(sorted(left)[:4])}"
+        elif still:
+            why = f"settings could not be put back: {', '.join(still[:4])}"
+        elif len(self.steps) >= self.max_steps:
+            why = f"served {len(self.steps)} steps, the most one worker serves"
+        return {"restored": restored, "retire": why}
+
+
+def empty_device_cache(job: dict) -> None:
+    """Hand the allocator's cached device memory back, inside the GPU lock (a call into the
+    driver's resource manager), where the step used a GPU."""
+    import torch
+
+    device = job.get("device") or ""
+    if not device.startswith("cuda") or not torch.cuda.is_initialized() or not torch.cuda.memory_reserved():
+        return
+    from l1bench.worker.sections import exclusive
+
+    with exclusive(device, dict(job), {}):
+        pass  # the section's end synchronises and empties the cache
+
+
+def _to_log(path: str | None) -> None:
+    """Send this process's stdout and stderr (native writes too) to ``path`` (appended)."""
+    if not path:
+        return
+    sys.stdout.flush()
+    sys.stderr.flush()
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    os.close(fd)
+
+
+def handle(worker: TaskWorker, request: dict) -> dict:
+    """Run one step (``request``: ``job``, ``out``, ``status``, ``log``): write its result to
+    ``out`` and say how it went (``rc`` as a one-shot worker's exit status, ``retire``)."""
+    from l1bench.worker.entry import run
+
+    job, t0 = request["job"], time.monotonic()
+    os.environ[STATUS_ENV] = request["status"]
+    _to_log(request.get("log"))
+    print(f"task worker {os.getpid()}: step {len(worker.steps) + 1} ({step_label(job)})", file=sys.stderr, flush=True)
+    try:
+        worker.prepare(job)
+        res = run(job)
+    except InfraError as err:
+        print(f"l1bench worker: infrastructure failure: {err}", file=sys.stderr, flush=True)
+        return {"rc": EXIT_INFRA, "retire": "infrastructure failure (CUDA fault or out of memory)"}
+    except BaseException:  # noqa: BLE001 - as a one-shot worker's crash: no result
+        traceback.print_exc()
+        return {"rc": EXIT_CRASH, "retire": "the step crashed"}
+    worker.record(job, res)
+    atomic_write_text(request["out"], json.dumps(res, indent=1, sort_keys=True, default=str) + "\n")
+    try:
+        empty_device_cache(job)
+        after = worker.tidy()
+    except InfraError as err:
+        after = {"restored": [], "retire": f"tidying after the step: {err}"}
+    except Exception as err:  # noqa: BLE001 - the result stands; this process does not
+        after = {"restored": [], "retire": f"tidying after the step raised {type(err).__name__}: {err}"}
+    if after["retire"]:
+        print(f"task worker {os.getpid()}: retires: {after['retire']}", file=sys.stderr, flush=True)
+    return {"rc": 0, "wall_s": round(time.monotonic() - t0, 3), "step": len(worker.steps)} | after
+
+
+class Watch:
+    """The worker's one thread: it ends the process group when the workflow is gone, or, while
+    a step runs, when the job script that sent it has closed its connection."""
+
+    def __init__(self, poll_s: float = 0.5):
+        self.poll_s, self.conn = poll_s, None
+        self.token = lifeline.workflow_token()
+        threading.Thread(target=self._run, name="l1bench-task-worker-watch", daemon=True).start()
+
+    def _client_gone(self) -> bool:
+        conn = self.conn
+        if conn is None:
+            return False
+        try:
+            readable, _, _ = select.select([conn], [], [], 0)
+            return bool(readable) and conn.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b""
+        except (OSError, ValueError):
+            return False
+
+    def _run(self) -> None:
+        while True:
+            time.sleep(self.poll_s)
+            if not lifeline.alive(self.token) or self._client_gone():
+                os.killpg(os.getpgrp(), signal.SIGKILL)
+
+
+def _read_line(conn: socket.socket, limit: int = 1 << 24) -> bytes:
+    data = b""
+    while not data.endswith(b"\n"):
+        chunk = conn.recv(65536)
+        if not chunk:
+            break
+        data += chunk
+        if len(data) > limit:
+            raise ValueError("request too long")
+    return data
+
+
+def serve(name: str, idle_s: float, max_steps: int = MAX_STEPS) -> int:
+    """Serve steps on the abstract Unix socket ``name`` until idle for ``idle_s`` or retired."""
+    import torch  # noqa: F401 - imported once, before the first step
+
+    import l1bench.worker.stages  # noqa: F401 - the worker's modules, loaded before any step
+
+    # before this process starts its thread: keep off the GPUs' timing CPUs, as every worker
+    # does before CUDA starts (entry.pick_device); the workflow has usually done it already
+    ids = gpus.visible_gpu_ids()
+    if ids:
+        timingcpus.reserve_timing_cpus(len(ids), None)
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind("\0" + name)  # abstract: no file, gone with the process
+    listener.listen(4)
+    listener.settimeout(0.5)
+    worker, watch = TaskWorker(max_steps), Watch()
+    worker.threads.update(threading.enumerate())
+    idle_since = time.monotonic()
+    while time.monotonic() - idle_since < idle_s:
+        try:
+            conn, _ = listener.accept()
+        except TimeoutError:
+            continue
+        with conn:
+            conn.settimeout(None)
+            conn.sendall(json.dumps({"pid": os.getpid(), "steps": len(worker.steps)}).encode() + b"\n")
+            line = _read_line(conn)
+            if not line:
+                continue  # a probe, or a client that gave up
+            watch.conn = conn
+            try:
+                reply = handle(worker, json.loads(line))
+            finally:
+                watch.conn = None
+            conn.sendall(json.dumps(reply).encode() + b"\n")
+        if reply.get("retire"):
+            return 0
+        idle_since = time.monotonic()
+    return 0
+
+
+def main(argv: list[str]) -> int:
+    name, idle_s = argv[1], float(argv[2])
+    max_steps = int(argv[3]) if len(argv) > 3 else MAX_STEPS
+    return serve(name, idle_s, max_steps)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

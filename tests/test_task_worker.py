@@ -1,0 +1,338 @@
+"""Timing design 7 (opt-in ``timing.task_worker``): one process per task serves its check and its
+eager-mode time steps, one after another, on the CPU backend. What must hold: steps share the
+process and say so; a crash, a timeout or a patch of torch costs only the step that ran (the next
+step gets a fresh worker); settings a step changed are put back; the worker ends when idle and
+with its workflow; the flag reaches only the jobs it serves."""
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+from helpers import script_module, wait_for
+
+from l1bench import lifeline, plan, release, split
+from l1bench.runner import JobFailed
+from l1bench.taskworker import run_in_task_worker, worker_name
+from l1bench.worker import serve
+
+ROOT = Path(__file__).resolve().parents[1]
+DEMO = ROOT / "config/demo/optimized_cuda_code/demo.json"
+PAPER = {
+    "seed": 42,
+    "correctness_trials": 2,
+    "atol": 0.01,
+    "rtol": 0.01,
+    "warmup": 1,
+    "outer_trials": 2,
+    "inner_trials": 2,
+    "early_stop_below": None,
+    "inputs_on_device": True,
+}
+STRICT = {
+    "rse_target": 0.05, "min_reps": 5, "max_reps": 10, "budget_s": 2, "sync_mismatch": 1.5, "l2_factor": 1.5, "seed": 42
+}
+
+pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="abstract Unix sockets, /proc")
+
+
+@pytest.fixture(scope="module")
+def tasks(tmp_path_factory):
+    root = tmp_path_factory.mktemp("tasks")
+    split.split_release(release.load_release(DEMO), root, "demo", {"path": "demo", "sha256": "x"})
+    return root
+
+
+def variant(tasks, tmp_path, tid, prefix: str) -> str:
+    """A copy of demo task ``tid`` whose custom code starts with ``prefix``; its new tid."""
+    new = f"{tid[:-3]}9{tid[-2:]}"
+    dest = tmp_path / "variants" / new
+    shutil.copytree(tasks / tid, dest)
+    custom = dest / "custom.py"
+    custom.write_text(prefix + "\n" + custom.read_text())
+    meta = json.loads((dest / "meta.json").read_text())
+    (dest / "meta.json").write_text(json.dumps(meta | {"tid": new}))
+    return str(dest)
+
+
+def job(tasks, tmp_path, tid, kind="check", task_dir=None, **extra):
+    passed = tmp_path / "pass.json"
+    passed.write_text(json.dumps({"kind": "check", "status": "pass", "reason": ""}))
+    built = tmp_path / "built.json"
+    built.write_text(json.dumps({"kind": "build", "status": "ok", "reason": ""}))
+    j = {
+        "kind": kind,
+        "backend": "cpu",
+        "tid": tid,
+        "task_dir": task_dir or str(tasks / tid),
+        "ext_dir": str(tmp_path / "ext" / tid),
+        "params": dict(PAPER),
+        "lock_dir": str(tmp_path),
+        "task_worker": True,
+    }
+    if kind == "check":
+        j["build_result"] = str(built)
+    else:
+        j |= {"check_result": str(passed), "mode": "default", "protocol": "paper"}
+    return j | extra
+
+
+def served(tmp_path, j, timeout=60, idle_s=20.0):
+    return run_in_task_worker(j, timeout, tmp_path / f"{j['tid']}.log", tmp_path / "tw", idle_s=idle_s)
+
+
+def gone(pid: int) -> bool:
+    try:
+        stat = lifeline._proc_stat(pid)
+    except OSError:
+        return True
+    return stat is None or stat[0] in ("Z", "X")
+
+
+def stop(res):
+    """End the worker that made ``res`` (tests leave none behind)."""
+    pid = res["provenance"]["task_worker"]["pid"]
+    try:
+        os.kill(pid, 9)
+    except ProcessLookupError:
+        pass
+
+
+# ------------------------------------------------------------------ the jobs it serves
+
+
+def test_the_flag_reaches_only_the_jobs_it_serves():
+    import yaml
+
+    cfg = yaml.safe_load((ROOT / "config/config.yaml").read_text())
+    assert cfg["timing"]["task_worker"] is False
+    for kind, mode in (("check", None), ("time", "default"), ("time", "torch_compile"), ("build", None)):
+        assert "timing" not in plan.evaluation_params(kind, "sha", cfg, mode)
+    on = cfg | {"timing": {"task_worker": True, "task_worker_idle_s": 60}}
+    assert plan.evaluation_params("check", "sha", on)["timing"] == {"task_worker": True}
+    for mode in plan.TASK_WORKER_MODES:
+        assert plan.evaluation_params("time", "sha", on, mode)["timing"] == {"task_worker": True}
+    for mode in ("torch_compile", "torch_compile_reduce_overhead"):
+        assert "timing" not in plan.evaluation_params("time", "sha", on, mode)
+    assert "timing" not in plan.evaluation_params("build", "sha", on)
+    run_task = script_module("run_task")
+    for kind, mode, want in (("check", "default", True), ("time", "cudnn", True), ("time", "torch_compile", False)):
+        params = plan.evaluation_params(kind, "sha", on, mode)
+        smk = SimpleNamespace(
+            params=SimpleNamespace(kind=kind, backend="cuda", ext_dir="e", protocol_params=params, strict=None),
+            wildcards=SimpleNamespace(tid="L1_T001", mode=mode, protocol="paper"),
+            input=SimpleNamespace(build="b.json", check="c.json"),
+            config={"results_dir": "results", "device": "h100"},
+        )
+        assert bool(run_task.make_job(smk).get("task_worker")) is want, (kind, mode)
+
+
+def test_design_7_excludes_the_other_designs():
+    plan.check_timing({"task_worker": True, "task_worker_idle_s": 5})
+    for other in ("shared_sections", "cuda_start_outside_lock"):
+        with pytest.raises(plan.PlanError, match="alternative timing designs"):
+            plan.check_timing({"task_worker": True, other: True})
+    cfg = {"timing": {"task_worker": "yes"}}
+    plan.normalise_cli_values(cfg)
+    assert cfg["timing"]["task_worker"] is True
+
+
+def test_worker_names_are_per_results_folder_and_task(tmp_path):
+    a = worker_name(tmp_path / "a", "L1_T001")
+    assert a == worker_name(tmp_path / "a", "L1_T001")
+    assert a != worker_name(tmp_path / "a", "L1_T002") and a != worker_name(tmp_path / "b", "L1_T001")
+    assert len(a) < 100  # an abstract socket name well under the 107 bytes
+
+
+def test_replaced_counts_rebound_and_removed_names_not_new_ones():
+    f, g = (lambda: 1), (lambda: 2)
+    before = {"torch.relu": f, "torch.nn.functional.gelu": g}
+    assert serve.replaced(before, dict(before)) == []
+    assert serve.replaced(before, before | {"torch.new": f}) == []
+    assert serve.replaced(before, {"torch.relu": g, "torch.nn.functional.gelu": g}) == ["torch.relu"]
+    assert serve.replaced(before, {"torch.relu": f}) == ["torch.nn.functional.gelu"]
+
+
+def test_the_watched_bindings_are_stable():
+    """Reading torch's namespaces twice sees the same objects (a check that can fail only on a patch)."""
+    first = serve.bindings(serve.watched_namespaces())
+    assert "torch.nn.functional.relu" in first and "torch.nn.Conv2d.forward" in first
+    assert serve.replaced(first, serve.bindings(serve.watched_namespaces())) == []
+
+
+def test_step_labels():
+    assert serve.step_label({"kind": "check"}) == "check"
+    assert serve.step_label({"kind": "time", "protocol": "strict", "mode": "default"}) == "time strict/default"
+
+
+# ------------------------------------------------------------------ one worker, several steps
+
+
+def test_a_tasks_steps_share_one_worker(tasks, tmp_path):
+    check = served(tmp_path, job(tasks, tmp_path, "L1_T001"))
+    paper = served(tmp_path, job(tasks, tmp_path, "L1_T001", "time"))
+    strict = served(tmp_path, job(tasks, tmp_path, "L1_T001", "time", protocol="strict", strict=STRICT))
+    try:
+        assert check["status"] == "pass" and paper["status"] == "ok" and strict["status"] == "ok"
+        ways = [r["provenance"]["task_worker"] for r in (check, paper, strict)]
+        assert len({w["pid"] for w in ways}) == 1 and ways[0]["pid"] != os.getpid()
+        assert [w["step"] for w in ways] == [1, 2, 3]
+        assert ways[2]["earlier_steps"] == ["check", "time paper/default"]
+        assert all(r["timing_design"] == 7 for r in (check, paper, strict))
+        assert not any("retired_after" in w for w in ways)
+        log = (tmp_path / "L1_T001.log").read_text()
+        assert "step 3 (time strict/default)" in log  # the worker's own output is in the job's log
+    finally:
+        stop(strict)
+
+
+def test_other_tasks_get_other_workers(tasks, tmp_path):
+    one = served(tmp_path, job(tasks, tmp_path, "L1_T001"))
+    two = served(tmp_path, job(tasks, tmp_path, "L1_T002"))
+    try:
+        assert one["provenance"]["task_worker"]["pid"] != two["provenance"]["task_worker"]["pid"]
+        assert two["provenance"]["task_worker"]["step"] == 1
+    finally:
+        stop(one), stop(two)
+
+
+def test_a_killed_worker_costs_only_its_step(tasks, tmp_path):
+    first = served(tmp_path, job(tasks, tmp_path, "L1_T001"))
+    pid = first["provenance"]["task_worker"]["pid"]
+    os.kill(pid, 9)
+    assert wait_for(lambda: gone(pid), 10)
+    again = served(tmp_path, job(tasks, tmp_path, "L1_T001", "time"))
+    try:
+        assert again["status"] == "ok"
+        assert again["provenance"]["task_worker"]["pid"] != pid and again["provenance"]["task_worker"]["step"] == 1
+    finally:
+        stop(again)
+
+
+def test_a_crash_in_a_step_fails_that_job_only(tasks, tmp_path):
+    """L1_T006 kills its own process (SIGKILL) when its model runs: the step fails as a crash;
+    the task's next step starts a fresh worker."""
+    with pytest.raises(JobFailed, match="died during the step"):
+        served(tmp_path, job(tasks, tmp_path, "L1_T006"))
+    before = json.loads(json.dumps(job(tasks, tmp_path, "L1_T006", "time")))
+    with pytest.raises(JobFailed, match="died during the step"):
+        served(tmp_path, before)
+
+
+def test_a_timeout_kills_the_worker(tasks, tmp_path):
+    """L1_T005 hangs: the step times out, its worker's process group is killed."""
+    t0 = time.monotonic()
+    with pytest.raises(JobFailed, match="timed out") as err:
+        served(tmp_path, job(tasks, tmp_path, "L1_T005"), timeout=6)
+    assert err.value.kind == "timeout" and time.monotonic() - t0 < 60
+    log = (tmp_path / "L1_T005.log").read_text()
+    pid = int(re.search(r"task worker (\d+)", log).group(1))
+    assert wait_for(lambda: gone(pid), 10)
+
+
+# ------------------------------------------------------------------ what a step may leave behind
+
+
+def test_settings_a_step_changed_are_put_back(tasks, tmp_path):
+    d = variant(tasks, tmp_path, "L1_T001", "import torch\ntorch.set_num_threads(1)")
+    first = served(tmp_path, job(tasks, tmp_path, "L1_T901", task_dir=d))
+    second = served(tmp_path, job(tasks, tmp_path, "L1_T901", "time", task_dir=d))
+    try:
+        w1, w2 = first["provenance"]["task_worker"], second["provenance"]["task_worker"]
+        assert first["status"] == "pass" and second["status"] == "ok"
+        assert w1["pid"] == w2["pid"] and "retired_after" not in w1
+        assert w1["settings_restored_after"] == ["num_threads"]
+    finally:
+        stop(second)
+
+
+def test_a_step_that_patches_torch_retires_the_worker(tasks, tmp_path):
+    patch = "import torch\n_silu = torch.nn.functional.silu\ntorch.nn.functional.silu = lambda *a, **k: _silu(*a, **k)"
+    d = variant(tasks, tmp_path, "L1_T001", patch)
+    first = served(tmp_path, job(tasks, tmp_path, "L1_T901", task_dir=d))
+    pid = first["provenance"]["task_worker"]["pid"]
+    assert first["status"] == "pass"
+    assert "torch.nn.functional.silu" in first["provenance"]["task_worker"]["retired_after"]
+    assert wait_for(lambda: gone(pid), 10)
+    second = served(tmp_path, job(tasks, tmp_path, "L1_T901", "time", task_dir=d))
+    try:
+        assert second["provenance"]["task_worker"]["pid"] != pid and second["provenance"]["task_worker"]["step"] == 1
+    finally:
+        stop(second)
+
+
+def test_a_step_that_leaves_a_thread_running_retires_the_worker(tasks, tmp_path):
+    spin = "import threading, time\nthreading.Thread(target=time.sleep, args=(600,), name='left', daemon=True).start()"
+    d = variant(tasks, tmp_path, "L1_T001", spin)
+    res = served(tmp_path, job(tasks, tmp_path, "L1_T901", task_dir=d))
+    assert "threads the step started still run: left" in res["provenance"]["task_worker"]["retired_after"]
+    assert wait_for(lambda: gone(res["provenance"]["task_worker"]["pid"]), 10)
+
+
+def test_a_worker_serves_one_task_only(tasks, tmp_path):
+    worker = serve.TaskWorker()
+    worker.prepare({"tid": "L1_T001"})
+    with pytest.raises(ValueError, match="task worker of L1_T001"):
+        worker.prepare({"tid": "L1_T002"})
+
+
+# ------------------------------------------------------------------ the worker's life
+
+
+def test_the_worker_ends_when_idle(tasks, tmp_path):
+    res = served(tmp_path, job(tasks, tmp_path, "L1_T001"), idle_s=1.0)
+    assert wait_for(lambda: gone(res["provenance"]["task_worker"]["pid"]), 15)
+
+
+def test_the_worker_ends_with_its_workflow(tasks, tmp_path, monkeypatch):
+    workflow = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+    try:
+        monkeypatch.setenv(lifeline.WORKFLOW_ENV, lifeline.process_token(workflow.pid))
+        res = served(tmp_path, job(tasks, tmp_path, "L1_T001"))
+        pid = res["provenance"]["task_worker"]["pid"]
+        assert not gone(pid)
+    finally:
+        workflow.kill()
+        workflow.wait()
+    assert wait_for(lambda: gone(pid), 15)
+
+
+# ------------------------------------------------------------------ the workflow with design 7
+
+
+@pytest.mark.slow
+def test_the_demo_workflow_with_task_workers(tmp_path):
+    """The demo's statuses are those of design 4 (test_pipeline_demo.EXPECTED_CHECK); checks and
+    eager-mode time results say design 7 and which worker served them, some of them after an
+    earlier step of their task; compile modes keep design 4; no worker outlives the run."""
+    from helpers import SNAKEMAKE, copy_workflow, processes_in
+    from test_pipeline_demo import EXPECTED_CHECK, FAILING
+
+    copy_workflow(tmp_path)
+    cmd = SNAKEMAKE + ["--cores", "2", "--retries", "0", "--config", "device=demo", "timing={task_worker: true}"]
+    proc = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 1, proc.stderr[-3000:]  # the demo's hanging and crashing tasks
+    assert wait_for(lambda: not [p for p in processes_in(tmp_path) if "worker.serve" in p[1]], 15)
+    res = tmp_path / "results/demo"
+    for tid, status in EXPECTED_CHECK.items():
+        assert json.loads((res / f"check/{tid}.json").read_text())["status"] == status, tid
+    for tid in FAILING:
+        assert not (res / f"check/{tid}.json").exists()
+    steps = []
+    for path in sorted(res.glob("time/paper/*/L1_T00[12].json")) + sorted(res.glob("check/L1_T00[12].json")):
+        got = json.loads(path.read_text())
+        eager = "torch_compile" not in str(path)
+        assert got["timing_design"] == (7 if eager else 4), path
+        if eager:
+            steps.append(got["provenance"]["task_worker"]["step"])
+        else:
+            assert "task_worker" not in got["provenance"], path
+    assert max(steps) >= 2, steps
+    fast = json.loads((res / "time/paper/default/L1_T001.json").read_text())
+    assert fast["status"] == "ok" and fast["score"] > 0 and fast["n_timings"] == 70
