@@ -64,7 +64,8 @@ while kill -0 "$run" 2>/dev/null; do
     fi
     if [ $(($(date +%s) - start)) -ge "$watch" ]; then
         failed=$(grep -c "^Error in rule" "$log")
-        passed=$(grep -ls '"status": "pass"' results/*/check/*.json 2>/dev/null | wc -l)
+        # results/<device>/check, or results/<run>/<device>/check for a results_dir of its own
+        passed=$(grep -ls '"status": "pass"' results/*/check/*.json results/*/*/check/*.json 2>/dev/null | wc -l)
         if [ "$passed" -eq 0 ] && [ "$failed" -ge 3 ]; then
             echo "watchdog: $failed failed jobs and no passing check after $watch s: stopping"
             pkill -INT -f "snakemake --cores" ; sleep 20

@@ -275,6 +275,21 @@ def test_a_step_that_leaves_a_thread_running_retires_the_worker(tasks, tmp_path)
     assert wait_for(lambda: gone(res["provenance"]["task_worker"]["pid"]), 10)
 
 
+def test_the_lock_profiler_is_not_a_thread_left_running(tasks, tmp_path):
+    """With L1BENCH_PROFILE_LOCKED=1 the worker's first step starts the sampler thread: the
+    worker's own, so it does not retire; each result holds its own step's samples."""
+    j = job(tasks, tmp_path, "L1_T001")
+    env = {"L1BENCH_PROFILE_LOCKED": "1"}
+    first = run_in_task_worker(j, 60, tmp_path / "p.log", tmp_path / "tw", env, idle_s=20)
+    second = run_in_task_worker(job(tasks, tmp_path, "L1_T001", "time"), 60, tmp_path / "p.log", tmp_path / "tw", env)
+    try:
+        w1, w2 = first["provenance"]["task_worker"], second["provenance"]["task_worker"]
+        assert w1["pid"] == w2["pid"] and "retired_after" not in w1 and "retired_after" not in w2
+        assert not set(second.get("lock_profile") or {}) & {"laziness", "correctness"}  # check steps only in the check
+    finally:
+        stop(second)
+
+
 def test_a_worker_serves_one_task_only(tasks, tmp_path):
     worker = serve.TaskWorker()
     worker.prepare({"tid": "L1_T001"})

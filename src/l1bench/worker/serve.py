@@ -151,8 +151,10 @@ class TaskWorker:
     def prepare(self, job: dict) -> None:
         """Before a step: the GPU this worker took in its first section (so the step takes the
         same GPU's lock), and the note that CUDA is already running."""
-        from l1bench.worker import sections
+        from l1bench.worker import lockprofile, sections
 
+        if lockprofile.ACTIVE is not None:  # opt-in profiler: each result holds its own step's samples
+            lockprofile.ACTIVE.stacks = {}
         if self.tid is not None and job.get("tid") != self.tid:
             raise ValueError(f"task worker of {self.tid} was sent a step of {job.get('tid')}")
         self.tid = job.get("tid")
@@ -189,7 +191,11 @@ class TaskWorker:
         why = None
         patched = replaced(self.namespaces, bindings(watched_namespaces()))
         modes = process_modes()
-        left = [t.name for t in _foreign_threads(self.threads)]
+        from l1bench.worker import lockprofile
+
+        # the opt-in lock profiler's sampler is ours, not the step's (started in the first step)
+        ours = self.threads | ({lockprofile.ACTIVE._thread} if lockprofile.ACTIVE is not None else set())
+        left = [t.name for t in _foreign_threads(ours)]
         still = detectors.diff_global_state(self.settings, detectors.snapshot_global_state())
         if patched:
             why = f"the step replaced {len(patched)} of torch's bindings: {', '.join(patched[:4])}"
