@@ -57,6 +57,9 @@ EXIT_CRASH = 1
 #: eager time steps: paper default, cuda_graph, cudnn and strict default).
 MAX_STEPS = 8
 
+#: Seconds a connected job script may take to send its step.
+REQUEST_TIMEOUT_S = 30.0
+
 #: Prefix of snippet modules (:func:`l1bench.snippet.exec_source`), dropped after each step.
 SNIPPET_MODULE_PREFIX = "l1snip_"
 
@@ -330,17 +333,24 @@ def serve(name: str, idle_s: float, max_steps: int = MAX_STEPS) -> int:
         except TimeoutError:
             continue
         with conn:
-            conn.settimeout(None)
-            conn.sendall(json.dumps({"pid": os.getpid(), "steps": len(worker.steps)}).encode() + b"\n")
-            line = _read_line(conn)
+            try:
+                conn.settimeout(REQUEST_TIMEOUT_S)  # the job script sends its step at once
+                conn.sendall(json.dumps({"pid": os.getpid(), "steps": len(worker.steps)}).encode() + b"\n")
+                line = _read_line(conn)
+            except OSError:  # gone, or silent: no step came
+                continue
             if not line:
-                continue  # a probe, or a client that gave up
+                continue  # a client that gave up
+            conn.settimeout(None)
             watch.conn = conn
             try:
                 reply = handle(worker, json.loads(line))
             finally:
                 watch.conn = None
-            conn.sendall(json.dumps(reply).encode() + b"\n")
+            try:
+                conn.sendall(json.dumps(reply).encode() + b"\n")
+            except OSError:  # the job script is gone: its step's fate is unknown to it
+                return 0
         if reply.get("retire"):
             return 0
         idle_since = time.monotonic()
