@@ -6,7 +6,10 @@ from pathlib import Path
 
 import pytest
 
+from l1bench import release, split
+
 ROOT = Path(__file__).resolve().parents[1]
+DEMO = ROOT / "config/demo/optimized_cuda_code/demo.json"
 
 
 def pytest_configure(config):
@@ -33,3 +36,24 @@ def release_dir():
     if d is None or not (d / "optimized_cuda_code").is_dir():
         pytest.skip("real release data not available (set L1_RELEASE_DIR)")
     return d
+
+
+@pytest.fixture(scope="session")
+def tasks(tmp_path_factory):
+    """The embedded demo release split into task folders, once for the whole session. Tests
+    read it; a test that needs a changed task copies it into its own tmp_path first."""
+    root = tmp_path_factory.mktemp("tasks")
+    split.split_release(release.load_release(DEMO), root, "demo", {"path": "demo", "sha256": "x"})
+    return root
+
+
+@pytest.fixture(autouse=True)
+def _timing_plan_kept():
+    """Each test leaves the process's timing-CPU plan (``timingcpus._TIMING_PLAN``, set by
+    ``reserve_timing_cpus``) as it found it: a plan left by a test of a fake 16-CPU machine made
+    the next tests pin their sections to a CPU this machine does not have."""
+    from l1bench import timingcpus
+
+    plan = list(timingcpus._TIMING_PLAN)
+    yield
+    timingcpus._TIMING_PLAN[:] = plan

@@ -16,7 +16,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 from helpers import SNAKEMAKE, MarkerProcess, copy_workflow, script_module
-from test_shared_sections import KEYS_4, PHASES_4, demo_job, tasks  # noqa: F401 - tasks: a fixture
+from test_shared_sections import KEYS_4, PHASES_4, demo_job
 
 from l1bench import gpulock, plan, timingcpus
 from l1bench.snippet import InfraError
@@ -192,7 +192,7 @@ def test_with_the_flag_off_cuda_starts_inside_the_lock_as_before(tmp_path, fake_
 
 
 @pytest.mark.parametrize("which", ["check", "check_detectors", "paper", "strict"])
-def test_with_the_flag_off_results_are_design_4s(tasks, tmp_path, which):  # noqa: F811 - the fixture
+def test_with_the_flag_off_results_are_design_4s(tasks, tmp_path, which):
     """The CPU demo's results, flag off: as before (phases and keys of design 4); flag on,
     the same but timing_design 6 (on the CPU there is no CUDA to start)."""
     res = entry.run(demo_job(tasks, tmp_path, which))

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from l1bench import lifeline, release, split
+from l1bench import lifeline
 from l1bench.runner import JobFailed, JobStopped, run_worker
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -19,13 +19,6 @@ PAPER = dict(seed=42, correctness_trials=1, atol=1e-2, rtol=1e-2, warmup=1, oute
              early_stop_below=None, inputs_on_device=True)
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="process handling is tested on Linux")
-
-
-@pytest.fixture(scope="module")
-def tasks(tmp_path_factory):
-    root = tmp_path_factory.mktemp("tasks")
-    split.split_release(release.load_release(DEMO), root, "demo", {"path": "demo", "sha256": "x"})
-    return root
 
 
 def hanging_job(tasks, tmp_path):

@@ -13,7 +13,7 @@ from types import SimpleNamespace
 import pytest
 from helpers import MarkerProcess, script_module
 
-from l1bench import gpulock, plan, release, split, timingcpus
+from l1bench import gpulock, plan, timingcpus
 from l1bench.worker import entry, protocols, sections, stages
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="flock semantics")
@@ -293,14 +293,6 @@ KEYS_4 = {
     ],
 }
 KEYS_4["check_detectors"] = KEYS_4["check"]
-
-
-@pytest.fixture(scope="module")
-def tasks(tmp_path_factory):
-    root = tmp_path_factory.mktemp("tasks")
-    demo = ROOT / "config/demo/optimized_cuda_code/demo.json"
-    split.split_release(release.load_release(demo), root, "demo", {"path": "demo", "sha256": "x"})
-    return root
 
 
 def demo_job(tasks, tmp_path, which, **extra):

@@ -17,7 +17,7 @@ from types import SimpleNamespace
 import pytest
 from helpers import script_module, wait_for
 
-from l1bench import lifeline, plan, release, split
+from l1bench import lifeline, plan
 from l1bench.runner import JobFailed
 from l1bench.taskworker import run_in_task_worker, worker_name
 from l1bench.worker import serve
@@ -40,13 +40,6 @@ STRICT = {
 }
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="abstract Unix sockets, /proc")
-
-
-@pytest.fixture(scope="module")
-def tasks(tmp_path_factory):
-    root = tmp_path_factory.mktemp("tasks")
-    split.split_release(release.load_release(DEMO), root, "demo", {"path": "demo", "sha256": "x"})
-    return root
 
 
 def variant(tasks, tmp_path, tid, prefix: str) -> str:

@@ -10,7 +10,6 @@ from pathlib import Path
 import pytest
 from helpers import script_module
 
-from l1bench import release, split
 from l1bench.runner import JobFailed, run_worker
 from l1bench.worker import TIMING_DESIGN
 
@@ -34,13 +33,6 @@ DETECTORS = {
     "n_calls": 2, "precision_factor": 10, "precision_floor": 1e-6, "speedup_ceiling": 10, "seed": 42, "atol": 0.01,
     "rtol": 0.01,
 }
-
-
-@pytest.fixture(scope="module")
-def tasks(tmp_path_factory):
-    root = tmp_path_factory.mktemp("tasks")
-    split.split_release(release.load_release(DEMO), root, "demo", {"path": "demo", "sha256": "x"})
-    return root
 
 
 def run(tasks, tmp_path, tid, kind, **extra):
