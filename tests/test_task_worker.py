@@ -260,6 +260,26 @@ def test_a_step_that_patches_torch_retires_the_worker(tasks, tmp_path):
         stop(second)
 
 
+def test_torchs_own_wrappers_do_not_retire_the_worker(tasks, tmp_path):
+    """Importing torch._dynamo (custom codes that use torch.compile do) makes torch wrap
+    torch.manual_seed: torch's code, wrapping what was there. Recorded, kept, not a retirement;
+    the same wrapping by the snippet's own code retires the worker."""
+    d = variant(tasks, tmp_path, "L1_T001", "import torch._dynamo")
+    first = served(tmp_path, job(tasks, tmp_path, "L1_T901", task_dir=d))
+    second = served(tmp_path, job(tasks, tmp_path, "L1_T901", "time", task_dir=d))
+    try:
+        w1, w2 = first["provenance"]["task_worker"], second["provenance"]["task_worker"]
+        assert w1["pid"] == w2["pid"] and "retired_after" not in w1 and "retired_after" not in w2
+        assert "torch.manual_seed" in w1["torch_rewrapped_after"] and "torch_rewrapped_after" not in w2
+    finally:
+        stop(second)
+    hack = "import functools, torch\n_seed = torch.manual_seed\n"
+    hack += "torch.manual_seed = functools.wraps(_seed)(lambda s: _seed(s))"
+    d = variant(tasks, tmp_path / "hack", "L1_T001", hack)
+    res = served(tmp_path, job(tasks, tmp_path, "L1_T901", task_dir=d))
+    assert "torch.manual_seed" in res["provenance"]["task_worker"]["retired_after"]
+
+
 def test_a_step_that_leaves_a_thread_running_retires_the_worker(tasks, tmp_path):
     spin = "import threading, time\nthreading.Thread(target=time.sleep, args=(600,), name='left', daemon=True).start()"
     d = variant(tasks, tmp_path, "L1_T001", spin)

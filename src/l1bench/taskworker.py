@@ -231,6 +231,8 @@ def run_in_task_worker(
     served["step_lock_wait_s"] = round(step_lock.waited_s, 3)
     if reply.get("restored"):
         served["settings_restored_after"] = reply["restored"]
+    if reply.get("torch_rewrapped"):
+        served["torch_rewrapped_after"] = reply["torch_rewrapped"]
     if reply.get("retire"):
         served["retired_after"] = reply["retire"]
     return res

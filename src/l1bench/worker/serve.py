@@ -18,9 +18,9 @@ What keeps a step as clean as in a fresh process (:class:`TaskWorker`):
   ``cudnn.benchmark``), and the snippets' modules are dropped;
 * the worker **retires** (exits; the task's next step starts a fresh one) after a step that
   replaced a function or class attribute in torch's namespaces (a monkeypatch,
-  :func:`replaced`), left a thread of its own running, changed grad mode or the default device,
-  broke (CUDA fault, out of memory: exit 3; any other exception: exit 1), or after
-  ``max_steps`` steps;
+  :func:`replaced`; torch's own wrappers, :func:`torch_rewrapped`, are recorded and kept),
+  left a thread of its own running, changed grad mode or the default device, broke (CUDA
+  fault, out of memory: exit 3; any other exception: exit 1), or after ``max_steps`` steps;
 * every result it writes says so: ``timing_design`` 7 and ``provenance.task_worker`` (its pid,
   the step's number in it, the steps that ran before in the same process).
 
@@ -42,6 +42,7 @@ import sys
 import threading
 import time
 import traceback
+from pathlib import Path
 
 from l1bench import gpus, lifeline, provenance, timingcpus
 from l1bench.gpulock import STATUS_ENV
@@ -110,6 +111,32 @@ def replaced(before: dict, after: dict) -> list[str]:
     """Names of ``before`` (:func:`bindings`) that ``after`` binds to another object or no longer
     has. Names new in ``after`` do not count: torch binds some lazily."""
     return sorted(k for k, v in before.items() if after.get(k, replaced) is not v)
+
+
+def torch_rewrapped(old, new, depth: int = 8) -> bool:
+    """Whether ``new`` is torch's own wrapper of ``old``: its code lives in torch's package and
+    its ``__wrapped__`` chain reaches ``old``. Importing ``torch._dynamo`` wraps
+    ``torch.manual_seed`` so (and using ``torch.compile`` ``nn.Module.__init__``): once per
+    process, as in a fresh process whose snippet does the same. A snippet's own wrapper has its
+    code in the snippet (``functools.wraps`` copies names, not code)."""
+    import torch
+
+    code = getattr(new, "__code__", None)
+    if old is None or code is None:
+        return False
+    home = Path(torch.__file__).resolve().parent
+    try:
+        Path(code.co_filename).resolve().relative_to(home)
+    except (ValueError, OSError):
+        return False
+    seen = new
+    for _ in range(depth):
+        seen = getattr(seen, "__wrapped__", None)
+        if seen is None:
+            return False
+        if seen is old:
+            return True
+    return False
 
 
 def process_modes() -> dict:
@@ -192,7 +219,12 @@ class TaskWorker:
             del sys.modules[name]
         gc.collect()
         why = None
-        patched = replaced(self.namespaces, bindings(watched_namespaces()))
+        now = bindings(watched_namespaces())
+        patched = replaced(self.namespaces, now)
+        # torch's own wrappers (dynamo's import): the new bindings are the ones to keep finding
+        rewrapped = [k for k in patched if torch_rewrapped(self.namespaces[k], now.get(k))]
+        self.namespaces.update({k: now[k] for k in rewrapped})
+        patched = [k for k in patched if k not in rewrapped]
         modes = process_modes()
         from l1bench.worker import lockprofile
 
@@ -210,7 +242,7 @@ class TaskWorker:
             why = f"settings could not be put back: {', '.join(still[:4])}"
         elif len(self.steps) >= self.max_steps:
             why = f"served {len(self.steps)} steps, the most one worker serves"
-        return {"restored": restored, "retire": why}
+        return {"restored": restored, "retire": why, "torch_rewrapped": rewrapped}
 
 
 def empty_device_cache(job: dict) -> None:
