@@ -206,18 +206,24 @@ class TaskWorker:
         }
         self.steps.append(step_label(job))
 
+    @staticmethod
+    def drop_step() -> None:
+        """After a step: its snippets' modules dropped and its objects collected, so that their
+        device memory goes back to the allocator (outside the lock, as a one-shot worker's exit
+        frees everything: no kernel runs)."""
+        for name in [n for n in sys.modules if n.startswith(SNIPPET_MODULE_PREFIX)]:
+            del sys.modules[name]
+        gc.collect()
+
     def tidy(self) -> dict:
-        """After a step: settings put back, snippet modules dropped; ``{"restored": [...],
-        "retire": reason or None}``."""
+        """After a step (and :meth:`drop_step`): settings put back, and whether the worker must
+        retire; ``{"restored": [...], "retire": reason or None, "torch_rewrapped": [...]}``."""
         from l1bench.detectors import global_state as detectors
         from l1bench.detectors.checks import _foreign_threads
 
         restored = detectors.diff_global_state(self.settings, detectors.snapshot_global_state())
         if restored:
             detectors.restore_global_state(self.settings)
-        for name in [n for n in sys.modules if n.startswith(SNIPPET_MODULE_PREFIX)]:
-            del sys.modules[name]
-        gc.collect()
         why = None
         now = bindings(watched_namespaces())
         patched = replaced(self.namespaces, now)
@@ -292,6 +298,7 @@ def handle(worker: TaskWorker, request: dict) -> dict:
     worker.record(job, res)
     atomic_write_text(request["out"], json.dumps(res, indent=1, sort_keys=True, default=str) + "\n")
     try:
+        worker.drop_step()
         empty_device_cache(job)
         after = worker.tidy()
     except InfraError as err:
