@@ -364,3 +364,67 @@ def test_the_demo_workflow_with_task_workers(tmp_path):
     assert max(steps) >= 2, steps
     fast = json.loads((res / "time/paper/default/L1_T001.json").read_text())
     assert fast["status"] == "ok" and fast["score"] > 0 and fast["n_timings"] == 70
+
+
+# ------------------------------------------------------------------ the GPU paths, with fakes
+
+
+def test_later_steps_take_the_first_steps_probe_verdict(monkeypatch):
+    """CustomBuilder.probe needs CUDA not yet started; in a task worker's later step it has: the
+    verdict of the task's first step (the same class: its module is named after the snippet's
+    hash) is taken, instead of constructing every instance inside the lock."""
+    import torch
+
+    from l1bench.worker import harness
+
+    state = {"init": False}
+    monkeypatch.setattr(harness, "cuda_initialized", lambda: state["init"])
+    monkeypatch.setattr(harness, "_PROBED", {})
+    Net = type("ModelNew", (torch.nn.Module,), {"__module__": "l1snip_custom_0123456789ab"})
+    first = harness.CustomBuilder(Net, [], "cuda:0")
+    first.probe(42)
+    assert first.cpu_safe and first.probe_note == "__init__ is CPU-only: constructed outside the lock"
+    state["init"] = True  # the next step: CUDA runs since the first one
+    Again = type("ModelNew", (torch.nn.Module,), {"__module__": "l1snip_custom_0123456789ab"})
+    later = harness.CustomBuilder(Again, [], "cuda:0")
+    later.probe(42)
+    assert later.cpu_safe and later.probe_note.endswith("(probed in an earlier step of this process)")
+    Other = type("ModelNew", (torch.nn.Module,), {"__module__": "l1snip_custom_ba9876543210"})
+    other = harness.CustomBuilder(Other, [], "cuda:0")
+    other.probe(42)
+    assert not other.cpu_safe and other.probe_note.startswith("CUDA initialised before the probe")
+
+
+def test_later_steps_say_where_cuda_started(monkeypatch):
+    import torch
+
+    from l1bench.worker import sections
+
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
+    stats = {}
+    sections.open_device("cuda:0", stats)
+    assert stats["cuda_started"] == "before the first GPU section"  # a snippet started it
+    monkeypatch.setattr(sections, "CUDA_STARTED_BEFORE", "in an earlier step of this task worker")
+    stats = {}
+    sections.open_device("cuda:0", stats)
+    assert stats["cuda_started"] == "in an earlier step of this task worker"
+
+
+def test_later_steps_take_the_lock_of_the_gpu_the_first_one_took(monkeypatch):
+    from l1bench.worker import sections
+
+    monkeypatch.setattr(sections, "CUDA_STARTED_BEFORE", None)  # prepare() sets it: restored after
+    worker = serve.TaskWorker()
+    first = {"tid": "L1_T001", "kind": "check"}
+    worker.prepare(first)
+    assert "lock_device" not in first  # placed by its first section (claim_gpu)
+    first["lock_device"] = "cuda:2"
+    res = {"status": "pass", "gpu_id": "2", "provenance": {}}
+    worker.record(first, res)
+    assert res["provenance"]["task_worker"] | {"pid": 0, "started": ""} == {
+        "pid": 0, "started": "", "step": 1, "earlier_steps": [], "gpu_id": "2"
+    }
+    later = {"tid": "L1_T001", "kind": "time", "protocol": "paper", "mode": "cudnn"}
+    worker.prepare(later)
+    assert later["lock_device"] == "cuda:2"
+    assert sections.CUDA_STARTED_BEFORE == "in an earlier step of this task worker"
