@@ -52,11 +52,10 @@ _RESULT_NAME = re.compile(r"L\d+_T\d{3}\.json")
 
 _CLI_BOOLEANS = ("aggregate_only",)
 
-#: The opt-in timing designs (config ``timing``): 5, 6 and 7, alternatives to each other.
-TIMING_FLAGS = ("shared_sections", "cuda_start_outside_lock", "task_worker")
-
-#: The timing design of each opt-in flag (for messages).
+#: The opt-in timing designs (config ``timing``), each flag's design number: alternatives to
+#: each other.
 TIMING_DESIGNS = {"shared_sections": 5, "cuda_start_outside_lock": 6, "task_worker": 7}
+TIMING_FLAGS = tuple(TIMING_DESIGNS)
 
 #: The time modes a task worker serves (design 7, ``timing.task_worker``): the eager ones. The
 #: torch.compile modes keep a process per job: dynamo's and inductor's caches would carry over.

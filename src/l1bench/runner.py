@@ -96,19 +96,13 @@ def run_worker(
                 rc = _wait(
                     proc, timeout, lock_status, t0, section_timeout=section_timeout, workflow=lifeline.workflow_token()
                 )
-            except WorkflowGone:
+            except subprocess.TimeoutExpired as err:  # WorkflowGone, SectionTimeout or the timeout
                 _kill_group(proc)
-                log.write("stopped: the Snakemake process that started this job is gone (no result, not an attempt)\n")
-                raise JobStopped(f"{job['tid']}: stopped, the workflow that started it is gone") from None
-            except SectionTimeout:
-                _kill_group(proc)
-                held = f"{job['tid']}: held the GPU lock for more than {section_timeout:.0f} s"
-                raise JobFailed(held, "section_timeout") from None
-            except subprocess.TimeoutExpired:
-                _kill_group(proc)
-                raise JobFailed(
-                    f"{job['tid']}: timed out after {timeout:.0f} s (not counting lock waits)", "timeout"
-                ) from None
+                if isinstance(err, WorkflowGone):
+                    log.write(
+                        "stopped: the Snakemake process that started this job is gone (no result, not an attempt)\n"
+                    )
+                raise job_error(job["tid"], type(err), timeout, section_timeout) from None
             finally:
                 _kill_group(proc)  # leave no stray grandchildren (compile workers, threads)
             log.write(f"worker exit {rc} after {time.monotonic() - t0:.1f} s\n")
@@ -130,6 +124,31 @@ def absolute_paths(job: dict) -> dict:
     return job | {k: str(Path(job[k]).resolve()) for k in PATH_KEYS if job.get(k)}
 
 
+def overdue(lock_status, t0: float, timeout: float, section_timeout=None, workflow: str | None = None):
+    """Why a running worker must be stopped now, as the exception class :func:`_wait` raises:
+    :class:`WorkflowGone` (the process named by the ``workflow`` token has ended),
+    :class:`SectionTimeout` (the lock held longer than ``section_timeout`` at a stretch) or
+    ``subprocess.TimeoutExpired`` (busy longer than ``timeout`` since ``t0``, not counting the
+    lock waits the status file reports); None while it may go on. Shared with the task worker's
+    job side (:mod:`l1bench.taskworker`)."""
+    if not lifeline.alive(workflow):
+        return WorkflowGone
+    if section_timeout and held_seconds(lock_status) > section_timeout:
+        return SectionTimeout
+    if time.monotonic() - t0 - waited_seconds(lock_status) > timeout:
+        return subprocess.TimeoutExpired
+    return None
+
+
+def job_error(tid: str, why, timeout: float, section_timeout=None) -> JobStopped | JobFailed:
+    """The exception that ends a job stopped for ``why`` (an :func:`overdue` class)."""
+    if why is WorkflowGone:
+        return JobStopped(f"{tid}: stopped, the workflow that started it is gone")
+    if why is SectionTimeout:
+        return JobFailed(f"{tid}: held the GPU lock for more than {section_timeout:.0f} s", "section_timeout")
+    return JobFailed(f"{tid}: timed out after {timeout:.0f} s (not counting lock waits)", "timeout")
+
+
 def _wait(
     proc: subprocess.Popen,
     timeout: float,
@@ -141,19 +160,16 @@ def _wait(
 ) -> int:
     """Wait for the child; its deadline moves on by the time it spends waiting for the lock.
 
-    Raises :class:`WorkflowGone` once the process named by the ``workflow`` token has ended.
+    Raises what :func:`overdue` names: :class:`WorkflowGone` once the process named by the
+    ``workflow`` token has ended, :class:`SectionTimeout`, or ``subprocess.TimeoutExpired``.
     """
     while True:
         try:
             return proc.wait(timeout=poll)
         except subprocess.TimeoutExpired:
-            if not lifeline.alive(workflow):
-                raise WorkflowGone(proc.args, 0) from None
-            if section_timeout and held_seconds(lock_status) > section_timeout:
-                raise SectionTimeout(proc.args, section_timeout) from None
-            busy = time.monotonic() - t0 - waited_seconds(lock_status)
-            if busy > timeout:
-                raise
+            why = overdue(lock_status, t0, timeout, section_timeout, workflow)
+            if why is not None:
+                raise why(proc.args, section_timeout if why is SectionTimeout else timeout) from None
 
 
 def _kill_group(proc: subprocess.Popen) -> None:

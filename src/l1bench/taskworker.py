@@ -34,9 +34,9 @@ import time
 from pathlib import Path
 
 from l1bench import lifeline
-from l1bench.gpulock import held_seconds, waited_seconds
-from l1bench.runner import JobFailed, JobStopped, absolute_paths, worker_env
+from l1bench.runner import JobFailed, JobStopped, absolute_paths, job_error, overdue, worker_env
 from l1bench.worker.outcome import EXIT_INFRA
+from l1bench.worker.serve import read_line
 
 #: Seconds a new worker may take to listen (imports torch and the worker's modules).
 START_TIMEOUT_S = 120.0
@@ -56,23 +56,6 @@ def _connect(name: str) -> socket.socket | None:
         sock.close()
         return None
     return sock
-
-
-def _read_line(sock: socket.socket, deadline_check) -> bytes:
-    """One line from ``sock``; ``deadline_check()`` is called every half second while none has
-    come (it raises to give up). ``b""``: the worker closed the connection (it died)."""
-    sock.settimeout(0.5)
-    data = b""
-    while not data.endswith(b"\n"):
-        try:
-            chunk = sock.recv(65536)
-        except TimeoutError:
-            deadline_check()
-            continue
-        if not chunk:
-            return b""
-        data += chunk
-    return data
 
 
 def kill_worker(pid: int | None) -> None:
@@ -156,7 +139,7 @@ def connect(name: str, job: dict, env: dict, server_log: Path, idle_s: float, lo
                 raise JobFailed(f"{job['tid']}: the task worker did not answer within {START_TIMEOUT_S:.0f} s")
 
         try:
-            line = _read_line(sock, patience)
+            line = read_line(sock, patience)
         except OSError:
             line = b""
         if line:
@@ -201,19 +184,12 @@ def run_in_task_worker(
                 t0 = time.monotonic()
 
                 def check():
-                    if not lifeline.alive(token):
+                    why = overdue(status, t0, timeout, section_timeout, token)
+                    if why is not None:
                         kill_worker(pid)
-                        raise JobStopped(f"{job['tid']}: stopped, the workflow that started it is gone")
-                    if section_timeout and held_seconds(status) > section_timeout:
-                        kill_worker(pid)
-                        raise JobFailed(f"{job['tid']}: held the GPU lock for more than {section_timeout:.0f} s",
-                                        "section_timeout")
-                    if time.monotonic() - t0 - waited_seconds(status) > timeout:
-                        kill_worker(pid)
-                        raise JobFailed(f"{job['tid']}: timed out after {timeout:.0f} s (not counting lock waits)",
-                                        "timeout")
+                        raise job_error(job["tid"], why, timeout, section_timeout)
 
-                line = _read_line(sock, check)
+                line = read_line(sock, check)
             if not line:
                 kill_worker(pid)  # whatever is left of it
                 raise JobFailed(f"{job['tid']}: the task worker ({pid}) died during the step, see log")

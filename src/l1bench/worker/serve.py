@@ -336,15 +336,27 @@ class Watch:
                 os.killpg(os.getpgrp(), signal.SIGKILL)
 
 
-def _read_line(conn: socket.socket, limit: int = 1 << 24) -> bytes:
+def read_line(conn: socket.socket, on_wait=None, wait_s: float = 0.5, limit: int = 1 << 24) -> bytes:
+    """One line (a JSON message) from ``conn``, both ways between a task worker and its job
+    scripts. ``on_wait``: called every ``wait_s`` while none has come (it raises to give up);
+    without it the socket's own timeout applies (``TimeoutError``). ``b""``: the other side
+    closed the connection before a whole line."""
+    if on_wait is not None:
+        conn.settimeout(wait_s)
     data = b""
     while not data.endswith(b"\n"):
-        chunk = conn.recv(65536)
+        try:
+            chunk = conn.recv(65536)
+        except TimeoutError:
+            if on_wait is None:
+                raise
+            on_wait()
+            continue
         if not chunk:
-            break
+            return b""
         data += chunk
         if len(data) > limit:
-            raise ValueError("request too long")
+            raise ValueError("message too long")
     return data
 
 
@@ -375,7 +387,7 @@ def serve(name: str, idle_s: float, max_steps: int = MAX_STEPS) -> int:
             try:
                 conn.settimeout(REQUEST_TIMEOUT_S)  # the job script sends its step at once
                 conn.sendall(json.dumps({"pid": os.getpid(), "steps": len(worker.steps)}).encode() + b"\n")
-                line = _read_line(conn)
+                line = read_line(conn)
             except OSError:  # gone, or silent: no step came
                 continue
             if not line:
