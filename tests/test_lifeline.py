@@ -13,8 +13,6 @@ import pytest
 from l1bench import lifeline
 from l1bench.runner import JobFailed, JobStopped, run_worker
 
-ROOT = Path(__file__).resolve().parents[1]
-DEMO = ROOT / "config/demo/optimized_cuda_code/demo.json"
 PAPER = dict(seed=42, correctness_trials=1, atol=1e-2, rtol=1e-2, warmup=1, outer_trials=1, inner_trials=1,
              early_stop_below=None, inputs_on_device=True)
 

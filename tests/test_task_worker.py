@@ -15,6 +15,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+import test_worker
 from helpers import script_module, wait_for
 
 from l1bench import lifeline, plan
@@ -23,21 +24,9 @@ from l1bench.taskworker import run_in_task_worker, worker_name
 from l1bench.worker import serve
 
 ROOT = Path(__file__).resolve().parents[1]
-DEMO = ROOT / "config/demo/optimized_cuda_code/demo.json"
-PAPER = {
-    "seed": 42,
-    "correctness_trials": 2,
-    "atol": 0.01,
-    "rtol": 0.01,
-    "warmup": 1,
-    "outer_trials": 2,
-    "inner_trials": 2,
-    "early_stop_below": None,
-    "inputs_on_device": True,
-}
-STRICT = {
-    "rse_target": 0.05, "min_reps": 5, "max_reps": 10, "budget_s": 2, "sync_mismatch": 1.5, "l2_factor": 1.5, "seed": 42
-}
+# test_worker's protocol parameters, fewer trials: several steps run per test
+PAPER = test_worker.PAPER | {"correctness_trials": 2, "inner_trials": 2}
+STRICT = test_worker.STRICT | {"max_reps": 10, "budget_s": 2}
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="abstract Unix sockets, /proc")
 

@@ -5,7 +5,6 @@ import json
 import os
 import sys
 import time
-from pathlib import Path
 
 import pytest
 from helpers import script_module
@@ -13,8 +12,6 @@ from helpers import script_module
 from l1bench.runner import JobFailed, run_worker
 from l1bench.worker import TIMING_DESIGN
 
-ROOT = Path(__file__).resolve().parents[1]
-DEMO = ROOT / "config/demo/optimized_cuda_code/demo.json"
 PAPER = {
     "seed": 42,
     "correctness_trials": 3,
