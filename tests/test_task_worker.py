@@ -215,6 +215,30 @@ def test_a_timeout_kills_the_worker(tasks, tmp_path):
     assert wait_for(lambda: gone(pid), 10)
 
 
+def test_a_killed_job_script_ends_its_step(tasks, tmp_path):
+    """Snakemake stops a job (Ctrl-C, --keep-going off, a cluster's kill) by killing its job
+    script, not the task worker, which runs in a session of its own. The worker sees the job
+    script's connection close and ends its process group, so a hung step (L1_T005) does not
+    keep the GPU lock or the task's step lock."""
+    spec = tmp_path / "job.json"
+    spec.write_text(json.dumps(job(tasks, tmp_path, "L1_T005")))
+    code = (
+        "import json, sys, pathlib; from l1bench.taskworker import run_in_task_worker; "
+        "p = pathlib.Path(sys.argv[1]); "
+        "run_in_task_worker(json.loads(p.read_text()), 300, p.parent / 'L1_T005.log', p.parent / 'tw', idle_s=60)"
+    )
+    script = subprocess.Popen([sys.executable, "-c", code, str(spec)])
+    log = tmp_path / "L1_T005.log"
+    try:
+        assert wait_for(lambda: log.exists() and "step 1 (check)" in log.read_text(), 60)
+        pid = int(re.search(r"task worker (\d+)", log.read_text()).group(1))
+        assert not gone(pid)
+    finally:
+        script.kill()
+        script.wait()
+    assert wait_for(lambda: gone(pid), 10)
+
+
 # ------------------------------------------------------------------ what a step may leave behind
 
 
