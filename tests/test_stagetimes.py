@@ -183,3 +183,4 @@ def test_task_workers_line_counts_processes_steps_and_retirements():
     assert line.startswith("task workers (design 7): 3 processes served 5 steps (1.7 a process)")
     assert "CUDA started in the lock in 3 of them" in line and "4 s in all" in line
     assert line.endswith("retired early: 1× the step replaced 1 of torch's bindings")
+    assert "(0.5 job slots held waiting, on average over the run)" in task_workers(rows, span_s=7.0)

@@ -223,10 +223,13 @@ def missing_time_results(rows) -> tuple[int, list[str]]:
     return len(stages) * len(checked), missing
 
 
-def task_workers(rows) -> str | None:
+def task_workers(rows, span_s: float | None = None) -> str | None:
     """One line on design 7's task workers (results that record ``provenance.task_worker``):
     processes, the steps they served, CUDA's starts inside the lock among those steps, the
-    workers that retired early and why (counted), and the waits for a task's earlier steps.
+    workers that retired early and why (counted), and the waits for a task's earlier steps;
+    with the run's ``span_s``, those waits as job slots: a job that waits for its task's
+    earlier step holds a Snakemake job slot (``gpu``) and feeds nothing to the GPU, so the
+    slots left to keep the GPU lock busy are fewer by that many on average.
     None when no result was served by one."""
     served = [r for r in rows if (r.get("provenance") or {}).get("task_worker")]
     if not served:
@@ -241,6 +244,8 @@ def task_workers(rows) -> str | None:
         f"({len(served) / len(pids):.1f} a process); CUDA started in the lock in {starts} of them; "
         f"waits for a task's earlier steps {waited:.0f} s in all"
     )
+    if span_s:
+        line += f" ({waited / span_s:.1f} job slots held waiting, on average over the run)"
     if why:
         line += "; retired early: " + ", ".join(f"{n}× {reason}" for reason, n in why.most_common())
     return line
@@ -365,7 +370,7 @@ def report(root, samples=None, since=None, until=None, bullet: str = "") -> str:
     ]
     if not (since or until):  # a window holds one call of a chunked run, not the selection
         lines.insert(1, describe_missing(*missing_time_results(rows)))
-    workers = task_workers(rows)
+    workers = task_workers(rows, o['span_s'])
     if workers:
         lines.append(workers)
     if samples:
