@@ -55,8 +55,11 @@ timeout -s INT -k 30 "$budget" python3 -m snakemake --cores "${JOB_SLOTS:-$((2 *
     compile="${COMPILE_JOBS:-$((3 * ncpu / 4))}" "$@" >"$log" 2>&1 &
 run=$!
 # Watchdog: a run whose first WATCH_S seconds bring failures and no passing check is broken
-# (bad environment, broken worker); stop it instead of spending the budget.
+# (bad environment, broken worker), and so is one with at least 10 failed jobs and fewer results
+# written since it started than failed jobs (checks pass, but every time job breaks); stop it
+# instead of spending the budget.
 watch=${WATCH_S:-150}
+touch .devstate/started
 while kill -0 "$run" 2>/dev/null; do
     sleep 5
     if [ $(($(date +%s) - start)) -ge "$drain_at" ] && [ ! -f "$L1BENCH_DRAIN_FILE" ]; then
@@ -66,9 +69,14 @@ while kill -0 "$run" 2>/dev/null; do
         failed=$(grep -c "^Error in rule" "$log")
         # results/<device>/check, or results/<run>/<device>/check for a results_dir of its own
         passed=$(grep -ls '"status": "pass"' results/*/check/*.json results/*/*/check/*.json 2>/dev/null | wc -l)
+        written=$(find results -path '*/check/*.json' -newer .devstate/started 2>/dev/null | wc -l)
+        written=$((written + $(find results -path '*/time/*/*/*.json' -newer .devstate/started 2>/dev/null | wc -l)))
         if [ "$passed" -eq 0 ] && [ "$failed" -ge 3 ]; then
             echo "watchdog: $failed failed jobs and no passing check after $watch s: stopping"
-            pkill -INT -f "snakemake --cores" ; sleep 20
+            kill -INT "$run" ; sleep 20
+        elif [ "$failed" -ge 10 ] && [ "$written" -lt "$failed" ]; then
+            echo "watchdog: $failed failed jobs and $written results written after $watch s: stopping"
+            kill -INT "$run" ; sleep 20
         fi
         watch=999999
     fi

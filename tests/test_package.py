@@ -83,11 +83,13 @@ def test_no_code_puts_itself_on_sys_path():
     assert found == []
 
 
-def _wheel(folder, name="tiny", version="1.0"):
-    """A minimal pure-Python wheel (a stand-in for the wheelhouse of build_wheelhouse.py)."""
+def _wheel(folder, name="tiny", version="1.0", modules=None):
+    """A minimal pure-Python wheel (a stand-in for the wheelhouse of build_wheelhouse.py);
+    ``modules``: {file name: text} of the package's other modules."""
     dist = f"{name}-{version}.dist-info"
     files = {
         f"{name}/__init__.py": "VALUE = 1\n",
+        **{f"{name}/{module}": text for module, text in (modules or {}).items()},
         f"{dist}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n",
         f"{dist}/WHEEL": "Wheel-Version: 1.0\nGenerator: tests\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
     }
