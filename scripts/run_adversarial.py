@@ -5,9 +5,10 @@
     python scripts/run_adversarial.py --device cpu --out results/adversarial/cpu.json
 
 Every case runs in its own child process (this script with ``--child``) under
-a timeout: ``run_detectors`` always, and on CUDA also ``time_strict`` and
-``cache_sensitivity`` (``--timing on|off`` overrides).  On CPU the CUDA-only
-cases are skipped.  Writes ``{case: {"expected", "flags", "caught",
+a timeout: ``run_detectors`` always, and on CUDA also ``time_strict`` (with
+``verify_outputs``) and ``cache_sensitivity`` (``--timing on|off`` overrides;
+cases marked ``timed``, caught by strict timing, are timed on every device).
+On CPU the CUDA-only cases are skipped.  Writes ``{case: {"expected", "flags", "caught",
 "false_positive", "error", ...}}`` to ``--out``, prints a summary table, and
 exits 1 if a hack is missed or an honest case is flagged (or fails); misses
 of cases listed in the index's ``KNOWN_LIMITS`` are reported but not failed.
@@ -41,6 +42,11 @@ def load_cases(path: Path):
 # --------------------------------------------------------------------------- child
 
 
+#: Timed outputs checked per strict timing run (``strict.verify_outputs``): the suite checks
+#: what the integrity layer can catch, so it times with the checks on.
+VERIFY_OUTPUTS = 3
+
+
 def _timing(ref_cls, custom_cls, get_inputs, get_init_inputs, device, args) -> dict:
     """Strict timing and L2 sensitivity of one case; returns flags and a summary."""
     import torch
@@ -56,7 +62,7 @@ def _timing(ref_cls, custom_cls, get_inputs, get_init_inputs, device, args) -> d
         ref = snippet.build_model(ref_cls, init_inputs, seed, dev)
         custom = snippet.build_model(custom_cls, init_inputs, seed, dev)
     detectors.restore_global_state(state)
-    cfg = {"seed": seed, "budget_s": args.budget, "max_reps": args.max_reps}
+    cfg = {"seed": seed, "budget_s": args.budget, "max_reps": args.max_reps, "verify_outputs": VERIFY_OUTPUTS}
 
     def make():
         return snippet.make_inputs(get_inputs, dev, True)
@@ -142,7 +148,7 @@ def run_case(case, args, timeout_s: float, known_limit=None) -> dict:
             "--max-reps",
             str(args.max_reps),
             "--timing",
-            "on" if args.timing_on else "off",
+            "on" if args.timing_on or case.timed else "off",
         ]
         env = dict(os.environ, PYTHONUNBUFFERED="1")
         try:

@@ -53,11 +53,22 @@ def test_case_index_is_consistent():
     assert all(c.needs_cuda for c in cases.CASES if c.name.startswith(("side_stream", "stale_graph", "l2_")))
 
 
-@pytest.mark.parametrize("case", [c for c in CPU_CASES if c.expected_flag], ids=lambda c: c.name)
+@pytest.mark.parametrize("case", [c for c in CPU_CASES if c.expected_flag and not c.timed], ids=lambda c: c.name)
 def test_hack_is_caught(case):
     result = _run(case)
     assert case.expected_flag in _names(result), result["flags"]
     assert Flag.DETECTOR_ERROR not in _names(result), result["flags"]
+
+
+@pytest.mark.parametrize("case", [c for c in CPU_CASES if c.timed], ids=lambda c: c.name)
+def test_a_hack_honest_under_the_detectors_is_caught_by_checked_timed_outputs(case):
+    assert _run(case)["flags"] == []  # the detectors see an honest model
+    ref_cls, get_inputs, get_init_inputs = snippet.load_reference(case.ref_source, "ref")
+    custom_cls = snippet.load_custom(case.custom_source, "custom")
+    ref, custom = ref_cls(*get_init_inputs()), custom_cls(*get_init_inputs())
+    cfg = {"min_reps": 4, "max_reps": 6, "budget_s": 5.0, "warmup": 1, "verify_outputs": 2}
+    timed = strict.time_strict(ref, custom, lambda: snippet.make_inputs(get_inputs, "cpu", True), "cpu", cfg)
+    assert [f["flag"] for f in timed["flags"]] == [case.expected_flag]
 
 
 @pytest.mark.parametrize("case", [c for c in CPU_CASES if c.expected_flag is None], ids=lambda c: c.name)
@@ -244,6 +255,57 @@ def _make_inputs():
     return [torch.randn(64, 64)]
 
 
+class _Relu(nn.Module):
+    """An honest ReLU; ``in_place``: on its input's memory (legal: the check's INPUT_MUTATION
+    is the detectors' business, not a wrong output)."""
+
+    def __init__(self, in_place=False):
+        super().__init__()
+        self.in_place = in_place
+
+    def forward(self, x):
+        return x.relu_() if self.in_place else torch.relu(x)
+
+
+class _TimedCheat(nn.Module):
+    """A ReLU that returns zeros when strict timing's timer calls it, honest anywhere else (the
+    detectors, the correctness trials, the untimed reference run): the call stack tells."""
+
+    def forward(self, x):
+        import sys
+
+        frame = sys._getframe(1)
+        while frame is not None:
+            if frame.f_code.co_name == "time" and frame.f_code.co_filename.endswith("strict.py"):
+                return torch.zeros_like(x)
+            frame = frame.f_back
+        return torch.relu(x)
+
+
+def test_output_checks_pick_the_wanted_number_of_early_repetitions_and_later_ones_at_that_rate():
+    import random
+
+    checks = strict.OutputChecks(3, 10, random.Random(1))
+    assert sum(checks.picked(r) for r in range(10)) == 3
+    later = sum(checks.picked(r) for r in range(10, 10010))
+    assert 2500 < later < 3500  # rate 3 / 10
+    none = strict.OutputChecks(0, 10)
+    assert not any(none.picked(r) for r in range(100)) and none.summary()["reps"] == []
+    assert sum(strict.OutputChecks(20, 10, random.Random(2)).picked(r) for r in range(10)) == 10
+
+
+def test_strict_timing_checks_timed_outputs_only_when_asked():
+    cfg = {"min_reps": 5, "max_reps": 8, "budget_s": 5.0, "warmup": 1, "verify_outputs": 2}
+    honest = strict.time_strict(_Relu(), _Relu(in_place=True), _make_inputs, "cpu", cfg)
+    assert honest["flags"] == [] and honest["verified"]["mismatch"] is None
+    assert len(honest["verified"]["reps"]) >= 2 and honest["stop_reason"] != "output_mismatch"
+    cheat = strict.time_strict(_Relu(), _TimedCheat(), _make_inputs, "cpu", cfg)
+    assert [f["flag"] for f in cheat["flags"]] == ["TIMED_OUTPUT_MISMATCH"]
+    assert cheat["stop_reason"] == "output_mismatch" and "differs from the reference" in cheat["verified"]["mismatch"]
+    off = strict.time_strict(_Relu(), _TimedCheat(), _make_inputs, "cpu", cfg | {"verify_outputs": 0})
+    assert off["flags"] == [] and "verified" not in off  # the cheat goes unseen without the checks
+
+
 def test_time_strict_cpu_keys_and_ci():
     ref, custom = _Work(6), _Work(1, clobber_threads=True)
     entered = []
@@ -306,7 +368,7 @@ def test_run_adversarial_cli_cpu(tmp_path):
         "--out",
         str(out),
         "--cases",
-        "alias_input,honest_matmul,side_stream_python",
+        "alias_input,honest_matmul,side_stream_python,timed_only_shortcut",
     ]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -314,6 +376,9 @@ def test_run_adversarial_cli_cpu(tmp_path):
     assert data["alias_input"]["caught"] is True and data["alias_input"]["error"] is None
     assert data["honest_matmul"]["false_positive"] is False and data["honest_matmul"]["flags"] == []
     assert data["side_stream_python"]["skipped"]
+    # honest under the detectors, caught by strict timing's checks of timed outputs
+    assert data["timed_only_shortcut"]["caught"] is True and data["timed_only_shortcut"]["error"] is None
+    assert data["timed_only_shortcut"]["flags"] == ["TIMED_OUTPUT_MISMATCH"]
 
 
 def test_device_fingerprint_sees_every_byte():

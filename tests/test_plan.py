@@ -364,7 +364,12 @@ def test_time_job_priorities_compile_slots_and_strict_params():
     strict = CONFIG["strict"] | {"modes": ["default"]}
     assert plan.strict_params("paper", strict) is None
     got = plan.strict_params("strict", strict)
-    assert "modes" not in got and got == {k: v for k, v in CONFIG["strict"].items() if k != "modes"}
+    assert "modes" not in got and got == {
+        k: v for k, v in CONFIG["strict"].items() if k not in ("modes", "verify_outputs")
+    }
+    # verify_outputs is a parameter once it is on (results made without it keep theirs)
+    assert CONFIG["strict"]["verify_outputs"] == 0 and "verify_outputs" not in got
+    assert plan.strict_params("strict", strict | {"verify_outputs": 3})["verify_outputs"] == 3
 
 
 def test_level_3_checks_and_compile_jobs_go_first():

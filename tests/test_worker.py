@@ -3,6 +3,7 @@
 import contextlib
 import json
 import os
+import shutil
 import sys
 import time
 
@@ -73,6 +74,41 @@ def test_time_paper_and_strict(tasks, tmp_path):
     st = strict["strict"]
     assert st["ci95"][0] <= st["speedup_median"] <= st["ci95"][1]
     assert 5 <= st["n"] <= 20
+
+
+CHEAT_WHEN_TIMED = """
+import sys as _sys
+
+_honest_forward = ModelNew.forward
+
+
+def _forward(self, *args):
+    frame = _sys._getframe(1)
+    while frame is not None:  # under strict timing's timer: a wrong answer
+        if frame.f_code.co_name == "time" and frame.f_code.co_filename.endswith("strict.py"):
+            return _honest_forward(self, *args) * 0
+        frame = frame.f_back
+    return _honest_forward(self, *args)
+
+
+ModelNew.forward = _forward
+"""
+
+
+def test_strict_timing_with_checked_outputs_fails_a_model_wrong_only_when_timed(tasks, tmp_path):
+    """A custom model that is right everywhere but under strict timing's timer: ok and scored
+    without ``verify_outputs``; incorrect, unscored and flagged with it."""
+    shutil.copytree(tasks / "L1_T001", tmp_path / "cheat" / "L1_T001")
+    custom = tmp_path / "cheat" / "L1_T001" / "custom.py"
+    custom.write_text(custom.read_text() + CHEAT_WHEN_TIMED)
+    check = write(tmp_path, "c.json", {"kind": "check", "status": "pass", "reason": ""})
+    job = {"check_result": check, "mode": "default", "protocol": "strict", "task_dir": str(custom.parent)}
+    unchecked = run(tasks, tmp_path, "L1_T001", "time", **job, strict=STRICT)
+    assert unchecked["status"] == "ok" and unchecked["score"] > 0 and "verified" not in unchecked["strict"]
+    checked = run(tasks, tmp_path, "L1_T001", "time", **job, strict=STRICT | {"verify_outputs": 2})
+    assert checked["status"] == "incorrect" and checked["score"] is None
+    assert checked["reason"].startswith("strict timing: timed repetition")
+    assert [f["flag"] for f in checked["flags"]] == ["TIMED_OUTPUT_MISMATCH"]
 
 
 def test_negative_check_is_carried_into_time(tasks, tmp_path):

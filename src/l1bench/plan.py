@@ -463,12 +463,18 @@ def compile_slots(mode: str) -> int:
     return 1 if mode.startswith("torch_compile") else 0
 
 
+#: Strict-protocol settings that are parameters only when set (above 0): results made before
+#: they existed keep their parameters, so turning one on re-times, leaving it off does not.
+STRICT_OPT_IN = ("verify_outputs",)
+
+
 def strict_params(protocol: str, strict: Mapping) -> dict | None:
     """The strict protocol's parameters (config ``strict`` without the mode selection, which
-    is not one); None for the paper protocol."""
+    is not one, and without :data:`STRICT_OPT_IN` settings left at 0); None for the paper
+    protocol."""
     if protocol != "strict":
         return None
-    return {k: v for k, v in strict.items() if k != "modes"}
+    return {k: v for k, v in strict.items() if k != "modes" and not (k in STRICT_OPT_IN and not v)}
 
 
 def meta_input_skipped(release_on_disk: bool, result: str) -> bool:

@@ -129,6 +129,9 @@ class Flag(_StrEnum):
     EVENT_SYNC_MISMATCH = "EVENT_SYNC_MISMATCH"
     #: (strict timing) speedup depends on data left in L2 between calls.
     L2_RESIDENT = "L2_RESIDENT"
+    #: (strict timing, ``verify_outputs``) a timed call's output, kept and compared after the
+    #: timing, differs from the reference's on the same inputs: the result is ``incorrect``.
+    TIMED_OUTPUT_MISMATCH = "TIMED_OUTPUT_MISMATCH"
     #: The custom code's own C++/CUDA extension does not compile; it ran on its fallback (set by
     #: the worker from the failed builds it saw, l1bench.worker.note_extension_failures; in the
     #: tables also from extension_failures.json, aggregate.add_extension_flags).

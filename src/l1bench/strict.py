@@ -20,6 +20,16 @@ inputs with CUDA events on the current stream):
 * repetitions continue until the relative standard error of the speedup is
   small, within a repetition cap and a time budget; a seeded bootstrap gives a
   95% interval for the ratio of medians.
+* with ``verify_outputs`` (opt-in, default 0), timed calls' outputs are checked:
+  that many of the first ``min_reps`` repetitions, and later ones at the same
+  rate, are picked by the operating system's random source (no seed a snippet
+  could replay); for a picked repetition the custom model's inputs are copied
+  before its timed call (before the L2 flush), its output is kept, and after the
+  repetition the reference runs on the copy, untimed, and the two outputs are
+  compared (``atol``/``rtol``). A mismatch is TIMED_OUTPUT_MISMATCH and ends the
+  timing. The detectors and correctness trials run in the check, and a snippet
+  can tell them from timing (the call stack, the number of calls, a file written
+  during the check); only the timed calls' own outputs show what was timed.
 
 Like the detectors, this executes untrusted code: run it in a worker child.
 """
@@ -33,7 +43,7 @@ import statistics
 import time
 
 from . import detectors
-from .detectors import EVENT_SYNC_MISMATCH, L2_RESIDENT, make_flag
+from .detectors import EVENT_SYNC_MISMATCH, L2_RESIDENT, TIMED_OUTPUT_MISMATCH, make_flag
 
 #: Defaults of the ``cfg`` keys read by :func:`time_strict` and :func:`cache_sensitivity`.
 DEFAULTS = {
@@ -52,6 +62,9 @@ DEFAULTS = {
     "pool_chunk": 16,
     "bootstrap": 1000,
     "l2_factor": 1.5,
+    "verify_outputs": 0,
+    "atol": 1e-2,
+    "rtol": 1e-2,
 }
 
 
@@ -172,6 +185,46 @@ class L2Flusher:
 # --------------------------------------------------------------------------- timing one call
 
 
+def _copy_inputs(inputs) -> list:
+    """A copy of an input set (tensors cloned), for the reference to run on after the custom
+    model's timed call: a custom model may change its inputs in place."""
+    import torch
+
+    return [x.clone() if isinstance(x, torch.Tensor) else x for x in inputs]
+
+
+class OutputChecks:
+    """Which timed repetitions have their custom output checked (``verify_outputs``), and what
+    the checks found. ``wanted`` of the first ``min_reps`` repetitions, picked up front, and each
+    later repetition with the rate ``wanted / min_reps``; picked by the operating system's random
+    source, so a snippet cannot replay the choice (the timing's own seed is public)."""
+
+    def __init__(self, wanted: int, min_reps: int, source: random.Random | None = None):
+        self.wanted, self.min_reps = max(0, int(wanted)), max(1, int(min_reps))
+        self._source = source or random.SystemRandom()
+        first = min(self.wanted, self.min_reps)
+        self._early = set(self._source.sample(range(self.min_reps), first)) if first else set()
+        self._rate = min(1.0, self.wanted / self.min_reps)
+        self.reps: list[int] = []
+        self.mismatch: str | None = None
+
+    def picked(self, rep: int) -> bool:
+        """Whether repetition ``rep`` (0-based) is checked; decided before its timed calls."""
+        if not self.wanted:
+            return False
+        return rep in self._early if rep < self.min_reps else self._source.random() < self._rate
+
+    def check(self, rep: int, ref_out, custom_out, atol: float, rtol: float) -> None:
+        """Compare a kept timed output with the reference's on a copy of the same inputs."""
+        self.reps.append(rep)
+        ok, why = detectors.compare_outputs(custom_out, ref_out, atol, rtol)
+        if not ok and self.mismatch is None:
+            self.mismatch = f"timed repetition {rep + 1}'s output differs from the reference's on its inputs: {why}"
+
+    def summary(self) -> dict:
+        return {"wanted": self.wanted, "reps": [r + 1 for r in self.reps], "mismatch": self.mismatch}
+
+
 class _Timer:
     """Times one call: host perf_counter (after a device-wide sync on CUDA) and, on CUDA, events."""
 
@@ -184,8 +237,9 @@ class _Timer:
             self._start = torch.cuda.Event(enable_timing=True)
             self._end = torch.cuda.Event(enable_timing=True)
 
-    def time(self, model, inputs):
-        """``(sync_ms, event_ms or None)`` of ``model(*inputs)``; the output is dropped after."""
+    def time(self, model, inputs, keep: list | None = None):
+        """``(sync_ms, event_ms or None)`` of ``model(*inputs)``; the output is dropped after,
+        or appended to ``keep`` (after the timing) when given."""
         import torch
 
         if self.cuda:
@@ -202,6 +256,8 @@ class _Timer:
             out = model(*inputs)
             t1 = time.perf_counter()
             event_ms = None
+        if keep is not None:
+            keep.append(out)
         del out
         return (t1 - t0) * 1e3, event_ms
 
@@ -267,12 +323,13 @@ def time_strict(ref_model, custom_model, make_inputs, device, cfg=None, gpu_sect
 
     ``cfg`` keys (:data:`DEFAULTS`): seed, warmup, min_reps, max_reps,
     rse_target, budget_s, sync_mismatch, sync_slack_ms, flush_l2, flush_clean,
-    l2_fallback_bytes, pool_bytes, pool_chunk, bootstrap.
+    l2_fallback_bytes, pool_bytes, pool_chunk, bootstrap, verify_outputs, atol, rtol.
 
     Returns ``ref_ms``/``custom_ms`` (strict times: host-synchronised on CUDA,
     plain host time on CPU), on CUDA also ``ref_event_ms``/``custom_event_ms``;
     ``speedup_median`` = median(ref)/median(custom), ``speedup_mean``, ``ci95``,
-    ``n``, ``rse``, ``stop_reason`` (rse / max_reps / budget / pool_memory),
+    ``n``, ``rse``, ``stop_reason`` (rse / max_reps / budget / pool_memory /
+    output_mismatch), with ``verify_outputs`` ``verified`` (:meth:`OutputChecks.summary`),
     ``flags`` and a few settings used.  ``budget_s`` bounds the timed loop (not
     warm-up).  Exceptions raised by either model propagate.
     """
@@ -292,11 +349,13 @@ def time_strict(ref_model, custom_model, make_inputs, device, cfg=None, gpu_sect
     rse, stop = math.inf, "max_reps"
     section = gpu_section() if gpu_section is not None else contextlib.nullcontext()
 
-    def run_one(which, inputs):
+    def run_one(which, inputs, keep=None):
         if which == "ref":
             detectors.restore_global_state(state)
         flush()
-        return timer.time(models[which], inputs)
+        return timer.time(models[which], inputs, keep)
+
+    picks = OutputChecks(int(c["verify_outputs"] or 0), int(c["min_reps"]))
 
     try:
         with torch.no_grad(), section:
@@ -314,11 +373,21 @@ def time_strict(ref_model, custom_model, make_inputs, device, cfg=None, gpu_sect
                     break
                 order = ["ref", "custom"]
                 rng.shuffle(order)
+                rep = len(ms["ref"])
+                kept = [] if picks.picked(rep) else None
+                copy = _copy_inputs(sets["custom"]) if kept is not None else None
                 for which in order:
-                    sync_ms, event_ms = run_one(which, sets[which])
+                    sync_ms, event_ms = run_one(which, sets[which], kept if which == "custom" else None)
                     ms[which].append(sync_ms)
                     if event_ms is not None:
                         ev[which].append(event_ms)
+                if kept is not None:
+                    detectors.restore_global_state(state)
+                    picks.check(rep, ref_model(*copy), kept[0], float(c["atol"]), float(c["rtol"]))
+                    del copy, kept
+                    if picks.mismatch:
+                        stop = "output_mismatch"
+                        break
                 n = len(ms["ref"])
                 rse = speedup_rse(ms["ref"], ms["custom"])
                 if n >= int(c["min_reps"]) and rse < float(c["rse_target"]):
@@ -337,6 +406,10 @@ def time_strict(ref_model, custom_model, make_inputs, device, cfg=None, gpu_sect
     result.update(
         {"device": str(dev), "l2_flush": flush.enabled, "l2_flush_bytes": flush.nbytes, "pool_sets": pool.used}
     )
+    if picks.wanted:
+        result["verified"] = picks.summary()
+        if picks.mismatch:
+            result["flags"].append(make_flag(TIMED_OUTPUT_MISMATCH, picks.mismatch))
     del pool
     return result
 

@@ -21,14 +21,15 @@ class Case(NamedTuple):
     custom_source: str
     expected_flag: str | None  # None: honest model, must get no flag
     needs_cuda: bool
+    timed: bool = False  # caught by strict timing: the suite times it on every device
 
 
 def _src(filename: str) -> str:
     return (HERE / filename).read_text()
 
 
-def _case(name: str, ref_file: str, expected: str | None, needs_cuda: bool = False) -> Case:
-    return Case(name, _src(ref_file), _src(f"custom_{name}.py"), expected, needs_cuda)
+def _case(name: str, ref_file: str, expected: str | None, needs_cuda: bool = False, timed: bool = False) -> Case:
+    return Case(name, _src(ref_file), _src(f"custom_{name}.py"), expected, needs_cuda, timed)
 
 
 CASES = [
@@ -41,6 +42,8 @@ CASES = [
     _case("global_flags", "ref_matmul.py", "GLOBAL_STATE"),
     _case("precision_downgrade", "ref_matmul.py", "PRECISION_DOWNGRADE"),
     _case("degenerate_task", "ref_degenerate.py", "DEGENERATE_TASK"),
+    # honest when checked, cheap when timed: only strict timing's verify_outputs sees it
+    _case("timed_only_shortcut", "ref_relu.py", "TIMED_OUTPUT_MISMATCH", timed=True),
     # honest models: no flag allowed
     _case("honest_matmul", "ref_matmul.py", None),
     _case("honest_elementwise", "ref_gelu.py", None),

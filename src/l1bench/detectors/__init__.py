@@ -38,7 +38,7 @@ This module is the package's interface: the names the rest of the project (``wor
 from __future__ import annotations
 
 from .checks import ceiling_flag, check_lazy
-from .flags import EVENT_SYNC_MISMATCH, L2_RESIDENT, make_flag
+from .flags import EVENT_SYNC_MISMATCH, L2_RESIDENT, TIMED_OUTPUT_MISMATCH, make_flag
 from .global_state import restore_global_state, snapshot_global_state
 from .run import run_detectors
 from .tensors import as_device, compare_outputs, tensors_of
@@ -46,6 +46,7 @@ from .tensors import as_device, compare_outputs, tensors_of
 __all__ = [
     "EVENT_SYNC_MISMATCH",
     "L2_RESIDENT",
+    "TIMED_OUTPUT_MISMATCH",
     "as_device",
     "ceiling_flag",
     "check_lazy",

@@ -9,9 +9,10 @@ from __future__ import annotations
 from .. import snippet
 from ..results import Flag
 
-#: Aliases of the two flags :mod:`l1bench.strict` raises, imported from the package.
+#: Aliases of the flags :mod:`l1bench.strict` raises, imported from the package.
 EVENT_SYNC_MISMATCH = Flag.EVENT_SYNC_MISMATCH
 L2_RESIDENT = Flag.L2_RESIDENT
+TIMED_OUTPUT_MISMATCH = Flag.TIMED_OUTPUT_MISMATCH
 
 ALL_FLAGS = (
     Flag.LAZY,
@@ -29,6 +30,7 @@ ALL_FLAGS = (
     Flag.DETECTOR_ERROR,
     Flag.EVENT_SYNC_MISMATCH,
     Flag.L2_RESIDENT,
+    Flag.TIMED_OUTPUT_MISMATCH,
     Flag.EXTENSION_BUILD_FAILED,
 )
 

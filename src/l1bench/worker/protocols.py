@@ -232,22 +232,22 @@ class StrictProtocol(TimingProtocol):
                     custom,
                     lambda: make_inputs(get_inputs, device, on_dev),
                     torch.device(device),
-                    job["strict"],
+                    # timed outputs, when checked (verify_outputs), with the check's tolerances
+                    job["strict"] | {"atol": p["atol"], "rtol": p["rtol"]},
                     global_state=global_state,
                 )
             read_clocks("after")
-        return result(
-            job,
-            Status.OK,
-            "",
-            score=st["speedup_median"],
-            strict=st,
-            flags=st.get("flags", []),
-            n_timings=st.get("n", 0),
-            clocks_before=clocks["before"],
-            clocks_after=clocks["after"],
-            **stats,
-        )
+        common = {
+            "strict": st,
+            "flags": st.get("flags", []),
+            "n_timings": st.get("n", 0),
+            "clocks_before": clocks["before"],
+            "clocks_after": clocks["after"],
+        }
+        mismatch = (st.get("verified") or {}).get("mismatch")
+        if mismatch:  # a timed call's output was wrong: what was timed is not the task, no score
+            return result(job, Status.INCORRECT, f"strict timing: {mismatch}", **common, **stats)
+        return result(job, Status.OK, "", score=st["speedup_median"], **common, **stats)
 
 
 PAPER, STRICT = PaperProtocol(), StrictProtocol()
