@@ -370,7 +370,7 @@ def report(root, samples=None, since=None, until=None, bullet: str = "") -> str:
     ]
     if not (since or until):  # a window holds one call of a chunked run, not the selection
         lines.insert(1, describe_missing(*missing_time_results(rows)))
-    workers = task_workers(rows, o['span_s'])
+    workers = task_workers(rows, o["span_s"])
     if workers:
         lines.append(workers)
     if samples:
