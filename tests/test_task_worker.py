@@ -239,6 +239,61 @@ def test_a_killed_job_script_ends_its_step(tasks, tmp_path):
     assert wait_for(lambda: gone(pid), 10)
 
 
+NOBODY = 65534
+#: A Python that another user may run (this one may live under root's home).
+OTHER_PYTHON = next((p for p in ("/usr/bin/python3", "/usr/local/bin/python3") if os.access(p, os.X_OK)), None)
+as_root = pytest.mark.skipif(
+    os.geteuid() != 0 or OTHER_PYTHON is None, reason="runs a process as another user (needs root and a system python3)"
+)
+
+
+def as_nobody(code: str, name: str, **kw):
+    """``code`` run by the system's python3 as user nobody, with the abstract socket name in
+    ``sys.argv[1]`` (the leading NUL is added there: no NUL can pass in argv)."""
+    return subprocess.Popen([OTHER_PYTHON, "-c", code, name], user=NOBODY, cwd="/", text=True, **kw)
+
+
+@as_root
+def test_a_worker_refuses_another_users_connection(tasks, tmp_path):
+    """An abstract socket has no permissions: another user's process can reach it by name. The
+    worker closes such a connection without a greeting and without running anything."""
+    res = served(tmp_path, job(tasks, tmp_path, "L1_T001"))
+    try:
+        name = worker_name(tmp_path / "tw", "L1_T001")
+        code = (
+            "import socket, sys; s = socket.socket(socket.AF_UNIX); s.connect(chr(0) + sys.argv[1]); "
+            "s.settimeout(10); print(repr(s.recv(100)))"
+        )
+        out, _ = as_nobody(code, name, stdout=subprocess.PIPE).communicate(timeout=60)
+        assert out.strip() == "b''"  # closed, no greeting
+        again = served(tmp_path, job(tasks, tmp_path, "L1_T001", "time"))  # ours still served
+        assert again["provenance"]["task_worker"]["pid"] == res["provenance"]["task_worker"]["pid"]
+        assert "refused a connection of uid 65534" in (tmp_path / "tw" / "L1_T001.log").read_text()
+    finally:
+        stop(res)
+
+
+@as_root
+def test_a_socket_name_held_by_another_user_is_refused(tasks, tmp_path):
+    """Another user's process listening on the task's name first would get its steps and could
+    answer them: the job refuses it and stops, not counted as an attempt of the task."""
+    from l1bench.runner import JobStopped
+
+    name = worker_name(tmp_path / "tw", "L1_T001")
+    code = (
+        "import socket, sys, time; s = socket.socket(socket.AF_UNIX); s.bind(chr(0) + sys.argv[1]); s.listen(4); "
+        "print('up', flush=True); time.sleep(60)"
+    )
+    squatter = as_nobody(code, name, stdout=subprocess.PIPE)
+    try:
+        assert squatter.stdout.readline().strip() == "up"
+        with pytest.raises(JobStopped, match="held by another user's process \\(uid 65534\\)"):
+            served(tmp_path, job(tasks, tmp_path, "L1_T001"))
+    finally:
+        squatter.kill()
+        squatter.wait()
+
+
 # ------------------------------------------------------------------ what a step may leave behind
 
 

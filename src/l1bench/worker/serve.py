@@ -38,6 +38,7 @@ import os
 import select
 import signal
 import socket
+import struct
 import sys
 import threading
 import time
@@ -265,26 +266,46 @@ def empty_device_cache(job: dict) -> None:
         pass  # the section's end synchronises and empties the cache
 
 
-def _to_log(path: str | None) -> None:
-    """Send this process's stdout and stderr (native writes too) to ``path`` (appended)."""
-    if not path:
-        return
-    sys.stdout.flush()
-    sys.stderr.flush()
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-    os.dup2(fd, 1)
-    os.dup2(fd, 2)
-    os.close(fd)
+class StepOutput:
+    """During a step, this process's stdout and stderr (native writes too) go to the step's job
+    log (appended); between steps back to the worker's own log (``<home>/<tid>.log``)."""
+
+    def __init__(self, path: str | None):
+        self.path, self.saved = path, None
+
+    def __enter__(self):
+        if self.path:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            self.saved = (os.dup(1), os.dup(2))
+            fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+            os.dup2(fd, 1)
+            os.dup2(fd, 2)
+            os.close(fd)
+        return self
+
+    def __exit__(self, *exc):
+        if self.saved:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            for target, fd in zip((1, 2), self.saved, strict=True):
+                os.dup2(fd, target)
+                os.close(fd)
 
 
 def handle(worker: TaskWorker, request: dict) -> dict:
     """Run one step (``request``: ``job``, ``out``, ``status``, ``log``): write its result to
-    ``out`` and say how it went (``rc`` as a one-shot worker's exit status, ``retire``)."""
+    ``out`` and say how it went (``rc`` as a one-shot worker's exit status, ``retire``). The
+    step's output goes to its job's log."""
+    os.environ[STATUS_ENV] = request["status"]
+    with StepOutput(request.get("log")):
+        return _step(worker, request)
+
+
+def _step(worker: TaskWorker, request: dict) -> dict:
     from l1bench.worker.entry import run
 
     job, t0 = request["job"], time.monotonic()
-    os.environ[STATUS_ENV] = request["status"]
-    _to_log(request.get("log"))
     print(f"task worker {os.getpid()}: step {len(worker.steps) + 1} ({step_label(job)})", file=sys.stderr, flush=True)
     try:
         worker.prepare(job)
@@ -336,6 +357,18 @@ class Watch:
                 os.killpg(os.getpgrp(), signal.SIGKILL)
 
 
+def peer_credentials(conn: socket.socket) -> tuple[int, int, int]:
+    """``(pid, uid, gid)`` of the process at the other end of a Unix socket (``SO_PEERCRED``)."""
+    raw = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+    return struct.unpack("3i", raw)
+
+
+def peer_is_us(conn: socket.socket) -> bool:
+    """Whether the other end runs as this process's user. An abstract Unix socket has no file
+    and so no permissions: any user on the machine can reach it by name, both ends check."""
+    return peer_credentials(conn)[1] == os.getuid()
+
+
 def read_line(conn: socket.socket, on_wait=None, wait_s: float = 0.5, limit: int = 1 << 24) -> bytes:
     """One line (a JSON message) from ``conn``, both ways between a task worker and its job
     scripts. ``on_wait``: called every ``wait_s`` while none has come (it raises to give up);
@@ -384,6 +417,10 @@ def serve(name: str, idle_s: float, max_steps: int = MAX_STEPS) -> int:
         except TimeoutError:
             continue
         with conn:
+            if not peer_is_us(conn):  # another user's process: no greeting, no step
+                print(f"task worker {os.getpid()}: refused a connection of uid {peer_credentials(conn)[1]}",
+                      file=sys.stderr, flush=True)
+                continue
             try:
                 conn.settimeout(REQUEST_TIMEOUT_S)  # the job script sends its step at once
                 conn.sendall(json.dumps({"pid": os.getpid(), "steps": len(worker.steps)}).encode() + b"\n")
