@@ -50,6 +50,7 @@ drain_at=$((budget - ${DRAIN_S:-80}))
 # Twice as many job slots as cores: evaluation jobs spend most of their life waiting for the
 # GPU lock (no CPU), and the CPU-heavy kinds are capped on their own (builds, compile).
 ncpu=$(nproc)
+touch .devstate/started  # the watchdog counts the results written after this
 timeout -s INT -k 30 "$budget" python3 -m snakemake --cores "${JOB_SLOTS:-$((2 * ncpu))}" \
     --resources gpu="${GPU_JOBS:-$((2 * ncpu))}" builds="${BUILD_JOBS:-6}" \
     compile="${COMPILE_JOBS:-$((3 * ncpu / 4))}" "$@" >"$log" 2>&1 &
@@ -59,7 +60,6 @@ run=$!
 # written since it started than failed jobs (checks pass, but every time job breaks); stop it
 # instead of spending the budget.
 watch=${WATCH_S:-150}
-touch .devstate/started
 while kill -0 "$run" 2>/dev/null; do
     sleep 5
     if [ $(($(date +%s) - start)) -ge "$drain_at" ] && [ ! -f "$L1BENCH_DRAIN_FILE" ]; then
