@@ -50,6 +50,9 @@ RES = f"{config['results_dir']}/{DEVICE}"
 # job logs: logs/<device> for results/<device>, a folder of their own for other trees
 LOGS = logs_dir(RES)
 IS_DEMO = DEVICE == "demo"
+# cores a check or time job takes (plan.evaluation_threads: none on a GPU, where `gpu` sets
+# how many are in flight and --cores sizes the builds)
+EVALUATION_THREADS = plan.evaluation_threads(IS_DEMO)
 PROTOCOLS = plan.protocols(config["protocol"])
 MODES = plan.modes(config["modes"])
 STRICT_MODES = plan.strict_modes(MODES, config["strict"]["modes"])

@@ -38,6 +38,7 @@ rule check_task:
     priority: check_priority
     conda:
         "../envs/environment.yaml"
+    threads: EVALUATION_THREADS
     resources:
         gpu=1,
     params:
@@ -62,6 +63,7 @@ rule time_task:
     priority: time_priority
     conda:
         "../envs/environment.yaml"
+    threads: EVALUATION_THREADS
     resources:
         gpu=1,
         compile=compile_slots,

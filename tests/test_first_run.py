@@ -92,6 +92,18 @@ def test_with_the_release_on_disk_a_gpu_job_stops_the_run(clone, release_copy):
     assert tree_digest(clone / "results/h100") == before
 
 
+def test_the_main_command_keeps_several_gpu_jobs_in_flight(clone, release_copy):
+    """`--cores 1` sizes the builds; a check or time job takes no core on a GPU
+    (plan.evaluation_threads), so the profile's `gpu` slots, not `--cores`, say how many are in
+    flight. With a core each, the main command ran them one at a time (3.7x slower, #13)."""
+    (clone / "results/h100" / MISSING).unlink()
+    (clone / "results/h100/time/paper/cudnn/L1_T001.json").unlink()
+    proc, out = main_command(clone, f"release_dir={release_copy}", dry=True)
+    assert proc.returncode == 0, out[-2000:]
+    jobs = [block for block in out.split("\nrule ")[1:] if block.startswith("time_task:")]
+    assert len(jobs) == 2 and all("\n    threads: 0\n" in block for block in jobs), out[-3000:]
+
+
 def test_a_release_dir_that_is_not_one_is_one_line_whatever_is_committed(clone, tmp_path):
     for dry in (False, True):
         proc, out = main_command(clone, "release_dir=/no/such/dir", dry=dry)

@@ -372,6 +372,13 @@ def test_time_job_priorities_compile_slots_and_strict_params():
     assert plan.strict_params("strict", strict | {"verify_outputs": 3})["verify_outputs"] == 3
 
 
+def test_gpu_evaluation_jobs_take_no_core():
+    """On a GPU `gpu` slots bound the check and time jobs in flight, not --cores (which would
+    run them one at a time under the main command's --cores 1); the CPU demo's jobs compute."""
+    assert plan.evaluation_threads(is_demo=False) == 0
+    assert plan.evaluation_threads(is_demo=True) == 1
+
+
 def test_level_3_checks_and_compile_jobs_go_first():
     """A level-3 task's check outranks every time job, and its compile-mode jobs every other
     job but builds: their code generation is the run's longest (session ten's tail)."""

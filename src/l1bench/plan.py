@@ -456,6 +456,17 @@ def time_priority(protocol: str, mode: str, tid: str | None = None) -> int:
     return 10
 
 
+def evaluation_threads(is_demo: bool) -> int:
+    """The cores (``--cores``) a check or time job takes: 0 on a GPU, 1 for the CPU demo.
+
+    On a GPU these jobs mostly wait for the GPU lock; how many are in flight is the ``gpu``
+    resource (profile: 8; ``scripts/device_run.sh``: twice the CPUs), and ``--cores`` sizes the
+    CPU work, the builds. Taking a core each, the main command ``snakemake --cores 1 --config
+    device=h100`` ran them one at a time: the 3.7× slower way of issue #13, whatever ``gpu``
+    said. The demo's jobs compute on the CPU, so there they take a core each."""
+    return 1 if is_demo else 0
+
+
 def compile_slots(mode: str) -> int:
     """1 for a torch.compile-mode time job, else 0: the profile's ``compile`` resource caps
     how many run their CPU-bound code generation at once, so the remaining job slots keep
