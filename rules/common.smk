@@ -304,6 +304,11 @@ def build_slots(wildcards):
     return plan.build_slots(wildcards.tid, EXTENSION_BUILD_TIDS)
 
 
+def build_threads(wildcards):
+    """plan.build_threads of a build job."""
+    return plan.build_threads(wildcards.tid, EXTENSION_BUILD_TIDS, IS_DEMO)
+
+
 def build_priority(wildcards):
     """plan.build_priority of a build job."""
     return plan.build_priority(wildcards.tid)

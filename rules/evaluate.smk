@@ -14,7 +14,7 @@ rule build_task:
     priority: build_priority
     conda:
         "../envs/environment.yaml"
-    threads: 1
+    threads: build_threads
     resources:
         builds=build_slots,
     params:

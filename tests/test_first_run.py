@@ -92,16 +92,26 @@ def test_with_the_release_on_disk_a_gpu_job_stops_the_run(clone, release_copy):
     assert tree_digest(clone / "results/h100") == before
 
 
-def test_the_main_command_keeps_several_gpu_jobs_in_flight(clone, release_copy):
-    """`--cores 1` sizes the builds; a check or time job takes no core on a GPU
-    (plan.evaluation_threads), so the profile's `gpu` slots, not `--cores`, say how many are in
-    flight. With a core each, the main command ran them one at a time (3.7x slower, #13)."""
+def test_the_main_command_runs_gpu_jobs_and_builds_side_by_side(clone, release_copy):
+    """Under the main command's `--cores 1`, a check or time job takes no core on a GPU
+    (plan.evaluation_threads): the profile's `gpu` slots say how many are in flight. Nor does a
+    build that compiles an extension (plan.build_threads): the `builds` slots cap those. With a
+    core each, the main command ran GPU jobs one at a time (3.7x slower, #13) and built the 78
+    extensions one after another. A build that compiles nothing still takes a core."""
     (clone / "results/h100" / MISSING).unlink()
     (clone / "results/h100/time/paper/cudnn/L1_T001.json").unlink()
+    for tid in ("L1_T003", "L1_T002"):  # compiles an extension; compiles nothing
+        for stage in ("build", "check"):  # a build is planned for a check to be made
+            (clone / f"results/h100/{stage}/{tid}.json").unlink()
     proc, out = main_command(clone, f"release_dir={release_copy}", dry=True)
     assert proc.returncode == 0, out[-2000:]
-    jobs = [block for block in out.split("\nrule ")[1:] if block.startswith("time_task:")]
-    assert len(jobs) == 2 and all("\n    threads: 0\n" in block for block in jobs), out[-3000:]
+    jobs = out.split("\nrule ")[1:]
+    gpu_jobs = [block for block in jobs if block.startswith(("time_task:", "check_task:"))]
+    # the two checks, the two tasks' time jobs after them, L1_T001's two
+    assert len(gpu_jobs) >= 6 and all("\n    threads: 0\n" in block for block in gpu_jobs), out[-3000:]
+    builds = {b.split("wildcards: tid=")[1].split()[0]: b for b in jobs if b.startswith("build_task:")}
+    assert "\n    threads: 0\n" in builds["L1_T003"] and "builds=1" in builds["L1_T003"]
+    assert "threads:" not in builds["L1_T002"] and "builds=0" in builds["L1_T002"]  # 1 goes unsaid
 
 
 def test_a_release_dir_that_is_not_one_is_one_line_whatever_is_committed(clone, tmp_path):

@@ -379,6 +379,14 @@ def test_gpu_evaluation_jobs_take_no_core():
     assert plan.evaluation_threads(is_demo=True) == 1
 
 
+def test_a_build_that_compiles_takes_a_builds_slot_instead_of_a_core():
+    compiling = {"L1_T001"}
+    assert plan.build_threads("L1_T001", compiling, is_demo=False) == 0  # capped by `builds`
+    assert plan.build_threads("L1_T002", compiling, is_demo=False) == 1  # compiles nothing
+    assert plan.build_threads("L1_T002", None, is_demo=False) == 0  # release not parsed: every build compiles
+    assert plan.build_threads("L1_T001", compiling, is_demo=True) == 1
+
+
 def test_level_3_checks_and_compile_jobs_go_first():
     """A level-3 task's check outranks every time job, and its compile-mode jobs every other
     job but builds: their code generation is the run's longest (session ten's tail)."""
