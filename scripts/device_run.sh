@@ -47,8 +47,10 @@ export L1BENCH_DRAIN_FILE=$PWD/.devstate/drain
 rm -f "$L1BENCH_DRAIN_FILE"
 drain_at=$((budget - ${DRAIN_S:-80}))
 # SIGINT lets snakemake stop its jobs and remove their incomplete outputs cleanly.
-# Twice as many job slots as cores: evaluation jobs spend most of their life waiting for the
-# GPU lock (no CPU), and the CPU-heavy kinds are capped on their own (builds, compile).
+# Twice as many GPU job slots (gpu) as cores: evaluation jobs spend most of their life waiting
+# for the GPU lock (no CPU), and the CPU-heavy kinds are capped on their own (builds, compile).
+# GPU jobs and extension builds take no core (plan.evaluation_threads, build_threads): --cores
+# (JOB_SLOTS) caps the short CPU jobs only.
 ncpu=$(nproc)
 touch .devstate/started  # the watchdog counts the results written after this
 timeout -s INT -k 30 "$budget" python3 -m snakemake --cores "${JOB_SLOTS:-$((2 * ncpu))}" \
