@@ -71,6 +71,7 @@ def test_time_paper_and_strict(tasks, tmp_path):
         tasks, tmp_path, "L1_T001", "time", check_result=check, mode="default", protocol="strict", strict=STRICT
     )
     assert strict["status"] == "ok" and strict["score"] > 0
+    assert strict["strict_params"] == STRICT  # what it was timed with, beside the paper's params
     st = strict["strict"]
     assert st["ci95"][0] <= st["speedup_median"] <= st["ci95"][1]
     assert 5 <= st["n"] <= 20

@@ -158,7 +158,9 @@ class TaskResult:
     (l1bench.worker: ``do_build``, ``do_check``, ``do_time`` for the measurements and their
     ``details``/``phases`` (wall seconds per step)/``phases_locked`` (GPU-lock seconds per
     step)/lock statistics (``lock_held_s``, ``lock_wait_s``; with shared sections, timing design
-    5, also ``lock_shared_s`` and ``phases_shared``); ``run`` adds ``snippet_sha256``, ``params``,
+    5, also ``lock_shared_s`` and ``phases_shared``); strict time results ``strict`` (the
+    timing's summary, with ``verified`` when timed outputs were checked) and, since 2026-12-05,
+    ``strict_params``; ``run`` adds ``snippet_sha256``, ``params``,
     ``provenance``, ``timing_design`` and, where extensions failed to build,
     ``extension_failures``) and by scripts/run_task.py (``release_fingerprint``,
     ``workflow_code``, ``failed_attempts``; ``provenance`` of a result decided without a

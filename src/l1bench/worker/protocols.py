@@ -239,6 +239,8 @@ class StrictProtocol(TimingProtocol):
             read_clocks("after")
         common = {
             "strict": st,
+            # the strict protocol's own parameters (``params`` holds the paper protocol's)
+            "strict_params": dict(job["strict"] or {}),
             "flags": st.get("flags", []),
             "n_timings": st.get("n", 0),
             "clocks_before": clocks["before"],
