@@ -294,6 +294,14 @@ def test_output_checks_pick_the_wanted_number_of_early_repetitions_and_later_one
     assert sum(strict.OutputChecks(20, 10, random.Random(2)).picked(r) for r in range(10)) == 10
 
 
+def test_the_copy_for_the_reference_clones_every_tensor():
+    x, y = torch.randn(3), torch.randn(2)
+    copy = strict._copy_inputs([x, (y, 4), {"z": x}])
+    assert torch.equal(copy[0], x) and copy[0].data_ptr() != x.data_ptr()
+    assert isinstance(copy[1], tuple) and copy[1][0].data_ptr() != y.data_ptr() and copy[1][1] == 4
+    assert copy[2]["z"].data_ptr() != x.data_ptr()
+
+
 def test_strict_timing_checks_timed_outputs_only_when_asked():
     cfg = {"min_reps": 5, "max_reps": 8, "budget_s": 5.0, "warmup": 1, "verify_outputs": 2}
     honest = strict.time_strict(_Relu(), _Relu(in_place=True), _make_inputs, "cpu", cfg)

@@ -185,12 +185,19 @@ class L2Flusher:
 # --------------------------------------------------------------------------- timing one call
 
 
-def _copy_inputs(inputs) -> list:
-    """A copy of an input set (tensors cloned), for the reference to run on after the custom
-    model's timed call: a custom model may change its inputs in place."""
+def _copy_inputs(inputs):
+    """A copy of an input set (every tensor cloned, in lists, tuples and dicts too), for the
+    reference to run on after the custom model's timed call: a custom model may change its
+    inputs in place."""
     import torch
 
-    return [x.clone() if isinstance(x, torch.Tensor) else x for x in inputs]
+    if isinstance(inputs, torch.Tensor):
+        return inputs.clone()
+    if isinstance(inputs, (list, tuple)):
+        return type(inputs)(_copy_inputs(x) for x in inputs)
+    if isinstance(inputs, dict):
+        return {k: _copy_inputs(v) for k, v in inputs.items()}
+    return inputs
 
 
 class OutputChecks:
