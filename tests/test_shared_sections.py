@@ -268,7 +268,8 @@ DETECTORS = {
     "n_calls": 2, "precision_factor": 10, "precision_floor": 1e-6, "speedup_ceiling": 10, "seed": 42, "atol": 0.01,
     "rtol": 0.01,
 }
-# What design 4 records (main before shared sections, demo task L1_T001): the steps, in order
+# What design 4 records (main before shared sections, demo task L1_T001; strict results also
+# their strict_params since 2026-12-05): the steps, in order
 PHASES_4 = {
     "check": ["reference warm-up", "models to device", "laziness", "correctness"],
     "check_detectors": ["reference warm-up", "models to device", "laziness", "correctness", "detectors"],
@@ -289,7 +290,7 @@ KEYS_4 = {
     "strict": [
         "clocks_after", "clocks_before", "construct", "flags", "kind", "lock_held_s", "lock_wait_s", "mode",
         "n_timings", "params", "phases", "phases_locked", "precompile_s", "protocol", "provenance", "reason",
-        "score", "score_std", "snippet_sha256", "status", "strict", "tid", "timing_design",
+        "score", "score_std", "snippet_sha256", "status", "strict", "strict_params", "tid", "timing_design",
     ],
 }
 KEYS_4["check_detectors"] = KEYS_4["check"]
