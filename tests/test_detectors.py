@@ -22,6 +22,7 @@ from l1bench.detectors.global_state import (
     snapshot_global_state,
 )
 from l1bench.detectors.run import run_detectors
+from l1bench.detectors.tensors import clone_values
 from l1bench.results import Flag
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -295,8 +296,9 @@ def test_output_checks_pick_the_wanted_number_of_early_repetitions_and_later_one
 
 
 def test_the_copy_for_the_reference_clones_every_tensor():
+    """strict timing's copy of a timed repetition's inputs (and the detectors' copies)."""
     x, y = torch.randn(3), torch.randn(2)
-    copy = strict._copy_inputs([x, (y, 4), {"z": x}])
+    copy = clone_values([x, (y, 4), {"z": x}])
     assert torch.equal(copy[0], x) and copy[0].data_ptr() != x.data_ptr()
     assert isinstance(copy[1], tuple) and copy[1][0].data_ptr() != y.data_ptr() and copy[1][1] == 4
     assert copy[2]["z"].data_ptr() != x.data_ptr()

@@ -185,21 +185,6 @@ class L2Flusher:
 # --------------------------------------------------------------------------- timing one call
 
 
-def _copy_inputs(inputs):
-    """A copy of an input set (every tensor cloned, in lists, tuples and dicts too), for the
-    reference to run on after the custom model's timed call: a custom model may change its
-    inputs in place."""
-    import torch
-
-    if isinstance(inputs, torch.Tensor):
-        return inputs.clone()
-    if isinstance(inputs, (list, tuple)):
-        return type(inputs)(_copy_inputs(x) for x in inputs)
-    if isinstance(inputs, dict):
-        return {k: _copy_inputs(v) for k, v in inputs.items()}
-    return inputs
-
-
 class OutputChecks:
     """Which timed repetitions have their custom output checked (``verify_outputs``), and what
     the checks found. ``wanted`` of the first ``min_reps`` repetitions, picked up front, and each
@@ -382,7 +367,7 @@ def time_strict(ref_model, custom_model, make_inputs, device, cfg=None, gpu_sect
                 rng.shuffle(order)
                 rep = len(ms["ref"])
                 kept = [] if picks.picked(rep) else None
-                copy = _copy_inputs(sets["custom"]) if kept is not None else None
+                copy = detectors.clone_values(sets["custom"]) if kept is not None else None
                 for which in order:
                     sync_ms, event_ms = run_one(which, sets[which], kept if which == "custom" else None)
                     ms[which].append(sync_ms)

@@ -41,7 +41,7 @@ from .checks import ceiling_flag, check_lazy
 from .flags import EVENT_SYNC_MISMATCH, L2_RESIDENT, TIMED_OUTPUT_MISMATCH, make_flag
 from .global_state import restore_global_state, snapshot_global_state
 from .run import run_detectors
-from .tensors import as_device, compare_outputs, tensors_of
+from .tensors import as_device, clone_values, compare_outputs, tensors_of
 
 __all__ = [
     "EVENT_SYNC_MISMATCH",
@@ -49,6 +49,7 @@ __all__ = [
     "TIMED_OUTPUT_MISMATCH",
     "as_device",
     "ceiling_flag",
+    "clone_values",
     "check_lazy",
     "compare_outputs",
     "make_flag",

@@ -34,11 +34,18 @@ def tensors_of(values) -> list:
     return [v for v in snippet.flatten_outputs(values) if isinstance(v, torch.Tensor)]
 
 
-def clone_values(values) -> list:
-    """Deep copy of an input list: tensors cloned (same device), others kept."""
+def clone_values(values):
+    """Deep copy of an input list: tensors cloned (same device), in nested lists, tuples and
+    dicts too; others kept."""
     import torch
 
-    return [v.detach().clone() if isinstance(v, torch.Tensor) else v for v in values]
+    if isinstance(values, torch.Tensor):
+        return values.detach().clone()
+    if isinstance(values, (list, tuple)):
+        return type(values)(clone_values(v) for v in values)
+    if isinstance(values, dict):
+        return {k: clone_values(v) for k, v in values.items()}
+    return values
 
 
 def digest(t) -> str:
