@@ -36,7 +36,7 @@ from pathlib import Path
 from l1bench import lifeline
 from l1bench.runner import JobFailed, JobStopped, absolute_paths, job_error, overdue, worker_env
 from l1bench.worker.outcome import EXIT_INFRA
-from l1bench.worker.serve import peer_credentials, peer_is_us, read_line
+from l1bench.worker.serve import foreign_uid, read_line
 
 #: Seconds a new worker may take to listen (imports torch and the worker's modules).
 START_TIMEOUT_S = 120.0
@@ -58,8 +58,8 @@ def _connect(name: str) -> socket.socket | None:
     except (ConnectionRefusedError, FileNotFoundError):
         sock.close()
         return None
-    if not peer_is_us(sock):
-        uid = peer_credentials(sock)[1]
+    uid = foreign_uid(sock)
+    if uid is not None:
         sock.close()
         # nothing about the task broke: not an attempt of it
         raise JobStopped(f"the task worker socket {name} is held by another user's process (uid {uid}): refused")

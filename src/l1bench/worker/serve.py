@@ -357,16 +357,13 @@ class Watch:
                 os.killpg(os.getpgrp(), signal.SIGKILL)
 
 
-def peer_credentials(conn: socket.socket) -> tuple[int, int, int]:
-    """``(pid, uid, gid)`` of the process at the other end of a Unix socket (``SO_PEERCRED``)."""
+def foreign_uid(conn: socket.socket) -> int | None:
+    """The uid of the process at the other end of a Unix socket (``SO_PEERCRED``) when it is
+    not this process's user, else None. An abstract Unix socket has no file and so no
+    permissions: any user on the machine can reach it by name, so both ends check."""
     raw = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
-    return struct.unpack("3i", raw)
-
-
-def peer_is_us(conn: socket.socket) -> bool:
-    """Whether the other end runs as this process's user. An abstract Unix socket has no file
-    and so no permissions: any user on the machine can reach it by name, both ends check."""
-    return peer_credentials(conn)[1] == os.getuid()
+    uid = struct.unpack("3i", raw)[1]
+    return None if uid == os.getuid() else uid
 
 
 def read_line(conn: socket.socket, on_wait=None, wait_s: float = 0.5, limit: int = 1 << 24) -> bytes:
@@ -417,9 +414,9 @@ def serve(name: str, idle_s: float, max_steps: int = MAX_STEPS) -> int:
         except TimeoutError:
             continue
         with conn:
-            if not peer_is_us(conn):  # another user's process: no greeting, no step
-                print(f"task worker {os.getpid()}: refused a connection of uid {peer_credentials(conn)[1]}",
-                      file=sys.stderr, flush=True)
+            uid = foreign_uid(conn)
+            if uid is not None:  # another user's process: no greeting, no step
+                print(f"task worker {os.getpid()}: refused a connection of uid {uid}", file=sys.stderr, flush=True)
                 continue
             try:
                 conn.settimeout(REQUEST_TIMEOUT_S)  # the job script sends its step at once
