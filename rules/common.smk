@@ -296,7 +296,9 @@ def time_params(wildcards):
 
 def time_priority(wildcards):
     """plan.time_priority of a time job."""
-    return plan.time_priority(wildcards.protocol, wildcards.mode, wildcards.tid)
+    return plan.time_priority(
+        wildcards.protocol, wildcards.mode, wildcards.tid, config.get("timing")
+    )
 
 
 def build_slots(wildcards):

@@ -478,3 +478,19 @@ def test_level_3_builds_first():
     assert plan.build_priority("L3_T001") == 31 > plan.build_priority("L2_T001") == plan.build_priority("L1_T001") == 30
     assert plan.build_priority("L1_T001") > plan.check_priority("L3_T001")
     assert plan.build_priority("L1_T001") > max(plan.time_priority("paper", m, "L3_T001") for m in ALL_MODES)
+
+
+def test_design_7_serves_a_tasks_strict_step_right_after_its_paper_steps():
+    """Under design 7 a served strict step takes the served paper steps' priority, so its task's
+    worker is still up when it runs (at 5 it came after the idle exit: session thirteen); the
+    compile modes and every step under the other designs keep their priorities."""
+    on = {"task_worker": True}
+    for mode in ("default", "cuda_graph", "cudnn"):
+        paper = plan.time_priority("paper", mode, "L2_T012", on)
+        assert plan.time_priority("strict", mode, "L2_T012", on) == paper == 10
+        assert plan.time_priority("strict", mode, "L2_T012", {"task_worker": False}) == 5
+        assert plan.time_priority("strict", mode, "L2_T012", {"cuda_start_outside_lock": True}) == 5
+    for mode in ("torch_compile", "torch_compile_reduce_overhead"):
+        assert plan.time_priority("strict", mode, "L3_T015", on) == 5
+        assert plan.time_priority("paper", mode, "L3_T015", on) == 14
+    assert plan.time_priority("strict", "default", "L2_T012", on) > plan.check_priority("L2_T012")

@@ -453,14 +453,19 @@ def check_priority(tid: str | None = None) -> int:
     return 13 if _long_compile(tid) else CHECK_PRIORITY
 
 
-def time_priority(protocol: str, mode: str, tid: str | None = None) -> int:
+def time_priority(protocol: str, mode: str, tid: str | None = None, timing: Mapping | None = None) -> int:
     """Time jobs before checks (priority 9): a task's modes are timed as soon as its check
     passes, so an interrupted run leaves whole tasks. Paper results before strict ones; the
     torch.compile modes first among them, so their long CPU-bound code generation starts
     early and overlaps with the GPU work of the others instead of forming the tail; a
-    level-3 task's compile modes before the others' (the longest code generation)."""
+    level-3 task's compile modes before the others' (the longest code generation).
+
+    Under design 7 (``timing.task_worker``) a strict step its task's worker serves takes the
+    served paper steps' priority (10), so it follows them while the worker is up: at 5 it came
+    71-234 s later, after the worker's idle exit, and paid a fresh process's first use (session
+    thirteen's slice: 19 of the 34 second workers)."""
     if protocol == "strict":
-        return 5
+        return 10 if serves_task_worker("time", mode, timing) else 5
     if mode.startswith("torch_compile"):
         return 14 if _long_compile(tid) else 12
     return 10
