@@ -184,3 +184,24 @@ def test_task_workers_line_counts_processes_steps_and_retirements():
     assert "CUDA started in the lock in 3 of them" in line and "4 s in all" in line
     assert line.endswith("retired early: 1× the step replaced 1 of torch's bindings")
     assert "(0.5 job slots held waiting, on average over the run)" in task_workers(rows, span_s=7.0)
+
+
+def test_task_workers_line_counts_the_tasks_that_needed_another_worker():
+    """A task whose next step came after its worker's idle exit starts another one: the line
+    says how many tasks, and which steps opened the later workers."""
+    from l1bench.stagetimes import task_workers
+
+    def row(tid, pid, step, kind="time", protocol="strict"):
+        tw = {"pid": pid, "started": f"2026-12-05T05:2{pid}:00+00:00", "step": step}
+        return {"kind": kind, "tid": tid, "protocol": protocol, "mode": "default", "provenance": {"task_worker": tw}}
+
+    rows = [
+        row("L1_T001", 1, 1, kind="check"), row("L1_T001", 1, 2, protocol="paper"), row("L1_T001", 3, 1),
+        row("L1_T002", 2, 1, kind="check"), row("L1_T002", 2, 2, protocol="paper"), row("L1_T002", 2, 3),
+        row("L1_T003", 4, 1, kind="check"), row("L1_T003", 5, 1, protocol="paper"), row("L1_T003", 6, 1),
+    ]
+    line = task_workers(rows)
+    assert line.startswith("task workers (design 7): 6 processes served 9 steps")
+    tail = "; 2 tasks started another worker after their first, with 2× time:strict:default, 1× time:paper:default"
+    assert line.endswith(tail)
+    assert "started another worker" not in task_workers(rows[3:6])

@@ -463,7 +463,7 @@ def time_priority(protocol: str, mode: str, tid: str | None = None, timing: Mapp
     Under design 7 (``timing.task_worker``) a strict step its task's worker serves takes the
     served paper steps' priority (10), so it follows them while the worker is up: at 5 it came
     71-234 s later, after the worker's idle exit, and paid a fresh process's first use (session
-    thirteen's slice: 19 of the 34 second workers)."""
+    thirteen's slice: 19 of the 34 later workers)."""
     if protocol == "strict":
         return 10 if serves_task_worker("time", mode, timing) else 5
     if mode.startswith("torch_compile"):

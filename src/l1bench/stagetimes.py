@@ -248,7 +248,28 @@ def task_workers(rows, span_s: float | None = None) -> str | None:
         line += f" ({waited / span_s:.1f} job slots held waiting, on average over the run)"
     if why:
         line += "; retired early: " + ", ".join(f"{n}× {reason}" for reason, n in why.most_common())
+    again = later_workers(served)
+    if again:
+        tasks = len({tid for tid, _ in again})
+        opened = Counter(stage for _, stage in again)
+        line += (
+            f"; {tasks} tasks started another worker after their first, with "
+            + ", ".join(f"{n}× {stage}" for stage, n in opened.most_common())
+        )
     return line
+
+
+def later_workers(served) -> list[tuple[str, str]]:
+    """(task, stage of the step that opened it) for every worker of a task after its first.
+    A task gets another worker when its next step comes after the last one idled out
+    (``timing.task_worker_idle_s``) or retired; each pays CUDA's start and its first kernels
+    again (session thirteen's slice: 34 later workers in 26 tasks, 19 of them opened by the strict step)."""
+    first_steps = {}
+    for r in served:
+        w = r["provenance"]["task_worker"]
+        if r.get("tid") and w.get("step") == 1:
+            first_steps.setdefault(r["tid"], []).append((str(w.get("started") or ""), stage_of(r)))
+    return [(tid, stage) for tid, steps in first_steps.items() for _, stage in sorted(steps)[1:]]
 
 
 def describe_missing(expected: int, missing: list[str], show: int = 8) -> str:
