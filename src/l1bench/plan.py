@@ -464,8 +464,8 @@ def time_priority(protocol: str, mode: str, tid: str | None = None, timing: Mapp
     served paper steps' priority (10), so it follows them while the worker is up: at 5 it came
     71-234 s later, after the worker's idle exit, and paid a fresh process's first use (session
     thirteen's slice: 19 of the 34 later workers)."""
-    if protocol == "strict":
-        return 10 if serves_task_worker("time", mode, timing) else 5
+    if protocol == "strict" and not serves_task_worker("time", mode, timing):
+        return 5
     if mode.startswith("torch_compile"):
         return 14 if _long_compile(tid) else 12
     return 10
