@@ -19,6 +19,7 @@ TOOLS = {
     "retime": "a results tree that times a task list again (prepare), and its results taken back (adopt)",
     "stagetimes": "per-stage wall time, exclusive GPU time and stalled timed calls of a results tree",
     "stalls": "the paper results flagged TIMING_OUTLIER, one path a line",
+    "take": "one results tree and its call's logs out of a device call's results.tgz",
 }
 
 

@@ -1,0 +1,91 @@
+#!/usr/bin/env bash
+# Run the same workflow invocation several times on one GPU node, each into a results tree of
+# its own, to measure run-to-run spread (the timing-isolation runs c1, c2, s1 of
+# results/isolation/): one bounded scripts/device_run.sh call per run, in one device command.
+# The first run builds the extensions; every later run reuses them (l1bench retime prepare
+# --stages build --ext-from: hard links, so nothing builds twice) and does its own checks and
+# timing, as a user's run does. Then the first run's scores against each later run's
+# (l1bench compare repeat, default mode, paper protocol) go to OUT/SPREAD-<first>-<run>.md.
+#   usage: scripts/repeat_runs.sh OUT NAME LABEL:BUDGET_S[:serial]... -- SNAKEMAKE_ARGS...
+#   e.g.   scripts/repeat_runs.sh "$OUT" d7 c1:305 c2:220 -- \
+#              --configfile config/runs/h100_isolation.yaml --config release_dir=.release
+# Run LABEL writes results/NAME-LABEL/<device> and OUT/LABEL/results.tgz (take it back with
+# `l1bench take OUT/LABEL/results.tgz results/NAME-LABEL/<device> DEST --runs RUNS`). ":serial"
+# runs one GPU job at a time (GPU_JOBS=1: the one-at-a-time reference run). results_dir= is
+# appended to the arguments' --config (added where they have none), so they must not end in an
+# option that takes values of its own after --config. Environment: as device_run.sh (DRAIN_S,
+# L1BENCH_ISOLATE_SYSTEM, ...), plus WHEELHOUSE (default .whl).
+set -uo pipefail
+usage="usage: scripts/repeat_runs.sh OUT NAME LABEL:BUDGET_S[:serial]... -- SNAKEMAKE_ARGS..."
+out=${1:?$usage}
+name=${2:?$usage}
+shift 2
+runs=()
+while [ $# -gt 0 ] && [ "$1" != "--" ]; do
+    if [[ $1 == -* ]]; then
+        echo "repeat_runs.sh: '$1' comes before '--': the Snakemake arguments follow it ($usage)" >&2
+        exit 2
+    fi
+    if ! [[ $1 =~ ^[A-Za-z0-9_.-]+:[0-9]+(:serial)?$ ]]; then
+        echo "repeat_runs.sh: run '$1' is not LABEL:BUDGET_S[:serial] (e.g. c1:305, s1:400:serial)" >&2
+        exit 2
+    fi
+    runs+=("$1")
+    shift
+done
+[ "${1:-}" = "--" ] || { echo "$usage" >&2; exit 2; }
+shift
+[ ${#runs[@]} -ge 1 ] || { echo "repeat_runs.sh: no run named ($usage)" >&2; exit 2; }
+args=("$@")
+# results_dir= must land inside --config: after its last occurrence, no other option may follow.
+last=-1
+for i in "${!args[@]}"; do [ "${args[$i]}" = "--config" ] && last=$i; done
+if [ "$last" -lt 0 ]; then
+    args+=(--config)
+else
+    for ((i = last + 1; i < ${#args[@]}; i++)); do
+        case ${args[$i]} in -*)
+            echo "repeat_runs.sh: option ${args[$i]} follows --config; put --config last (results_dir= is added to it)" >&2
+            exit 2 ;;
+        esac
+    done
+fi
+for a in "${args[@]}"; do
+    case $a in results_dir=*) echo "repeat_runs.sh: results_dir= is set per run (results/$name-LABEL); leave it out" >&2; exit 2 ;; esac
+done
+device=
+for a in "${args[@]}"; do case $a in device=*) device=${a#device=} ;; esac; done
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+mkdir -p "$out"
+tree_of() {  # results/NAME-LABEL/<device>: device= from the arguments, else the newest folder
+    local res=results/$name-$1
+    if [ -n "$device" ]; then echo "$res/$device"; else ls -td "$res"/*/ 2>/dev/null | head -1 | sed 's:/$::'; fi
+}
+first= first_tree=
+for run in "${runs[@]}"; do
+    IFS=: read -r label budget serial <<<"$run"
+    if [ -n "$first" ]; then
+        this_tree=$(tree_of "$label")
+        [ -n "$this_tree" ] || this_tree=results/$name-$label/$(basename "$first_tree")
+        # The package is on PYTHONPATH only inside device_run.sh's own shell: install it here too.
+        [ -n "${L1_TAKEN:-}" ] || { . "$here/offline_install.sh" "${WHEELHOUSE:-.whl}" || exit 1; L1_TAKEN=1; }
+        python3 -m l1bench retime prepare "$first_tree" "$this_tree" --stages build --ext-from "$first_tree"
+    fi
+    echo "== run $label: ${budget} s${serial:+, one GPU job at a time} -> results/$name-$label"
+    if [ -n "$serial" ]; then
+        GPU_JOBS=1 bash "$here/device_run.sh" "$budget" "$out/$label" "${args[@]}" "results_dir=results/$name-$label"
+    else
+        bash "$here/device_run.sh" "$budget" "$out/$label" "${args[@]}" "results_dir=results/$name-$label"
+    fi
+    if [ -z "$first" ]; then
+        first=$label first_tree=$(tree_of "$label")
+        [ -n "$first_tree" ] || { echo "repeat_runs.sh: run $label wrote no results tree under results/$name-$label" >&2; exit 1; }
+    fi
+done
+[ -n "${L1_TAKEN:-}" ] || { . "$here/offline_install.sh" "${WHEELHOUSE:-.whl}" || exit 1; }
+for run in "${runs[@]:1}"; do
+    label=${run%%:*}
+    report="$out/SPREAD-$first-$label.md"
+    python3 -m l1bench compare repeat "$first_tree" "$(tree_of "$label")" --out "$report" &&
+        sed -n '3,6p' "$report" | sed "s/^/$first vs $label: /"
+done

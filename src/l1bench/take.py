@@ -1,0 +1,159 @@
+"""Take one results tree (and its call's logs) out of a device call's ``results.tgz``.
+
+``scripts/device_run.sh`` packs the whole ``results/`` and ``logs/`` of the GPU node into
+``OUT/results.tgz``: the tree the call wrote, every committed tree the checkout carried, and the
+logs of every call made on that node so far. An experiment keeps only the tree it ran and the
+logs of that call, under a name of its own (``results/isolation/<design>/c1/h100``, its
+``runs/c1``). ``take`` does that:
+
+- the tree's files, without built extensions, task snippets and scratch (``build/ext``,
+  ``tasks``, ``tmp``: they are rebuilt from the release), are extracted into a temporary
+  folder beside ``DEST`` and moved into place only when all were extracted; an existing
+  ``DEST`` is replaced then, not before (an interrupted take leaves the old tree whole);
+- with ``--runs DIR``, the Snakemake log and sampler files of the newest call in the archive
+  (the stamp ``device_run.sh`` gives one call: ``logs/snakemake-<stamp>.log``,
+  ``logs/samples/*-<stamp>.*``), or of every call with ``--all-logs``;
+- only regular files are extracted (no links, devices or paths with ``..``).
+
+    l1bench take "$FILES_AT/c1/results.tgz" results/d7-c1/h100 results/isolation/design7/c1/h100 \\
+        --runs results/isolation/design7/runs/c1
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import shutil
+import sys
+import tarfile
+import tempfile
+from pathlib import Path, PurePosixPath
+
+#: folders of a results tree that are not results (rebuilt from the release on demand)
+SKIP = ("build/ext", "tasks", "tmp")
+#: logs/snakemake-<stamp>.log, logs/samples/<kind>-<stamp>.<ext> (device_run.sh)
+STAMP = re.compile(r"^logs/(?:snakemake-|samples/[a-z]+-)(\d{8}T\d{6})\.[a-z]+$")
+
+
+class TakeError(Exception):
+    """A problem with the archive or the paths, in one line that names it."""
+
+
+def _norm(name: str) -> str:
+    return PurePosixPath(name.removeprefix("./")).as_posix()
+
+
+def trees(names) -> list[str]:
+    """The results trees in an archive's member names: folders holding ``check/`` or ``time/``."""
+    out = set()
+    for n in map(_norm, names):
+        parts = n.split("/")
+        for i, p in enumerate(parts[:-1]):
+            if p in ("check", "time") and i > 0:
+                out.add("/".join(parts[:i]))
+                break
+    return sorted(out)
+
+
+def tree_members(names, tree: str) -> dict[str, str]:
+    """{member name: path relative to ``tree``} of the files under ``tree``, without ``SKIP``."""
+    tree = _norm(tree).rstrip("/")
+    out = {}
+    for name in names:
+        n = _norm(name)
+        if not n.startswith(tree + "/"):
+            continue
+        rel = n[len(tree) + 1:]
+        if any(rel == s or rel.startswith(s + "/") for s in SKIP):
+            continue
+        out[name] = rel
+    return out
+
+
+def log_members(names, all_logs: bool = False) -> dict[str, str]:
+    """{member name: file name} of the call logs: the newest stamp's, or all with ``all_logs``."""
+    stamped = {name: m.group(1) for name in names if (m := STAMP.match(_norm(name)))}
+    if not stamped:
+        return {}
+    newest = max(stamped.values())
+    return {name: PurePosixPath(_norm(name)).name for name, stamp in stamped.items()
+            if all_logs or stamp == newest}
+
+
+def _extract(tgz: tarfile.TarFile, wanted: dict[str, str], dest: Path) -> int:
+    """Extract the regular files ``wanted`` ({member: relative path}) under ``dest``."""
+    n = 0
+    for info in tgz.getmembers():
+        if info.name not in wanted or not info.isfile():
+            continue
+        if ".." in PurePosixPath(wanted[info.name]).parts:
+            raise TakeError(f"{info.name}: member leaves its folder")
+        target = dest / wanted[info.name]
+        target.parent.mkdir(parents=True, exist_ok=True)
+        with tgz.extractfile(info) as src, open(target, "wb") as out:
+            shutil.copyfileobj(src, out)
+        n += 1
+    return n
+
+
+def _replace(tmp: Path, dest: Path) -> None:
+    """Move ``tmp`` to ``dest``; an existing ``dest`` is moved aside first, removed after."""
+    old = None
+    if dest.exists():
+        old = dest.with_name(f".{dest.name}.old")
+        shutil.rmtree(old, ignore_errors=True)
+        dest.rename(old)
+    tmp.rename(dest)
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
+
+
+def take(archive, tree: str, dest, runs=None, all_logs: bool = False) -> dict:
+    """Extract ``tree`` of ``archive`` to ``dest`` (and the call's logs to ``runs``): counts."""
+    archive, dest = Path(archive), Path(dest)
+    if not archive.is_file():
+        raise TakeError(f"{archive}: archive not found")
+    try:
+        tgz = tarfile.open(archive)
+    except (tarfile.TarError, OSError) as e:
+        first = (str(e).splitlines() or [type(e).__name__])[0].rstrip(":")
+        raise TakeError(f"{archive}: not a readable tar archive ({first})") from None
+    with tgz:
+        names = tgz.getnames()
+        wanted = tree_members(names, tree)
+        if not wanted:
+            found = ", ".join(trees(names)) or "none"
+            raise TakeError(f"{archive}: no results tree {tree} (results trees in it: {found})")
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        counts = {"files": 0, "logs": 0}
+        with tempfile.TemporaryDirectory(dir=dest.parent, prefix=f".{dest.name}.") as tmp:
+            staged = Path(tmp) / "tree"
+            counts["files"] = _extract(tgz, wanted, staged)
+            _replace(staged, dest)
+        if runs is not None:
+            logs = log_members(names, all_logs)
+            if logs:
+                counts["logs"] = _extract(tgz, logs, Path(runs))
+    return counts
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("archive", help="a device call's results.tgz (scripts/device_run.sh)")
+    ap.add_argument("tree", help="the results tree in it, e.g. results/d7-c1/h100")
+    ap.add_argument("dest", help="where the tree goes, e.g. results/isolation/design7/c1/h100 (replaced)")
+    ap.add_argument("--runs", help="a folder for the call's Snakemake log and sampler files")
+    ap.add_argument("--all-logs", action="store_true", help="every call's logs, not only the newest call's")
+    args = ap.parse_args(argv)
+    try:
+        counts = take(args.archive, args.tree, args.dest, args.runs, args.all_logs)
+    except TakeError as e:
+        print(f"l1bench take: {e}", file=sys.stderr)
+        return 1
+    print(f"{args.dest}: {counts['files']} files from {args.archive}:{args.tree}"
+          + (f"; {counts['logs']} log files in {args.runs}" if args.runs else ""))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
