@@ -5,7 +5,8 @@
 # The first run builds the extensions; every later run reuses them (l1bench retime prepare
 # --stages build --ext-from: hard links, so nothing builds twice) and does its own checks and
 # timing, as a user's run does. Then the first run's scores against each later run's
-# (l1bench compare repeat, default mode, paper protocol) go to OUT/SPREAD-<first>-<run>.md.
+# (l1bench compare repeat --targets, default mode, paper protocol: issue #13's targets met or
+# not) go to OUT/SPREAD-<first>-<run>.md, and their headline lines to the output.
 #   usage: scripts/repeat_runs.sh OUT NAME LABEL:BUDGET_S[:serial]... -- SNAKEMAKE_ARGS...
 #   e.g.   scripts/repeat_runs.sh "$OUT" d7 c1:305 c2:220 -- \
 #              --configfile config/runs/h100_isolation.yaml --config release_dir=.release
@@ -86,6 +87,6 @@ done
 for run in "${runs[@]:1}"; do
     label=${run%%:*}
     report="$out/SPREAD-$first-$label.md"
-    python3 -m l1bench compare repeat "$first_tree" "$(tree_of "$label")" --out "$report" &&
-        sed -n '3,6p' "$report" | sed "s/^/$first vs $label: /"
+    python3 -m l1bench compare repeat "$first_tree" "$(tree_of "$label")" --targets --out "$report" &&
+        sed -n '5,8p' "$report" | sed "s/^/$first vs $label: /"
 done

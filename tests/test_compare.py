@@ -128,3 +128,27 @@ def test_cli_reports_a_bad_task_file_in_one_line(tmp_path, capsys):
     assert compare.main(["slice", str(csv), str(bad)]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("compare:") and "no 'tasks:' list" in err and "\n" not in err
+
+
+def test_targets_of_two_runs_met_and_not(tmp_path):
+    """Issue #13's three targets, each on its own: median, share within ±15 %, stalls."""
+    rr = {"n": 20, "within": 18, "median": 0.05, "stalled_per_1000": [0.5, 0.0], "tol": 0.15}
+    assert [ok for *_, ok in compare.targets(rr)] == [True, True, True]
+    assert compare.render_targets(rr).endswith("**all met**")
+    assert [ok for *_, ok in compare.targets(rr | {"median": 0.051})] == [False, True, True]
+    assert [ok for *_, ok in compare.targets(rr | {"within": 17})] == [True, False, True]
+    assert [ok for *_, ok in compare.targets(rr | {"stalled_per_1000": [0.0, 0.51]})] == [True, True, False]
+    line = compare.render_targets(rr | {"within": 17})
+    assert "≥ 90 % within ±15 %: NOT met (17 of 20, 85 %)" in line and line.endswith("**not all met**")
+    assert [ok for *_, ok in compare.targets({"n": 0, "within": 0, "median": None})] == [False, False, False]
+
+
+def test_the_targets_line_is_opt_in(tmp_path, capsys):
+    a, b = tmp_path / "a", tmp_path / "b"
+    _write_time(a, "L1_T001", 1.0)
+    _write_time(b, "L1_T001", 1.02)
+    assert compare.main(["repeat", str(a), str(b)]) == 0
+    assert "issue #13" not in capsys.readouterr().out
+    assert compare.main(["repeat", str(a), str(b), "--targets"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[7].startswith("* issue #13's targets") and out[7].endswith("**all met**")

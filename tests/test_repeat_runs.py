@@ -64,6 +64,7 @@ def test_later_runs_reuse_the_first_runs_builds_and_the_spread_is_written(tmp_pa
     assert "median **10.0 %**" in spread and "`results/d7-c1/h100` and `results/d7-c2/h100`" in spread
     assert (repo / "out" / "SPREAD-c1-s1.md").exists()
     assert "c1 vs c2: * all 1: median **10.0 %**" in proc.stdout
+    assert "c1 vs c2: * issue #13's targets for two runs: median ≤ 5 %: NOT met (10.0 %)" in proc.stdout
 
 
 def test_without_config_one_is_added_and_the_device_folder_is_found(tmp_path):

@@ -232,7 +232,38 @@ def call_time_ratios(a: dict[str, dict], b: dict[str, dict]) -> dict:
     return {k: {"n": len(v), "median": statistics.median(v) if v else None} for k, v in ratios.items()}
 
 
-def render_run_to_run(rr: dict, first_label: str, second_label: str) -> str:
+#: Issue #13's targets for two runs of the same tasks (``--targets``): median |Δscore| at most
+#: 5 %, at least 90 % of the tasks within ±15 %, at most 0.5 stalled timed calls per 1000 in
+#: each run.
+TARGET_MEDIAN, TARGET_WITHIN_SHARE, TARGET_STALLED_PER_1000 = 0.05, 0.90, 0.5
+
+
+def targets(rr: dict) -> list[tuple[str, str, bool]]:
+    """Issue #13's targets against a :func:`run_to_run` result: (target, measured, met) each.
+    No task in both runs meets none."""
+    n, within = rr["n"], rr.get("within", 0)
+    rates = rr.get("stalled_per_1000") or [0.0, 0.0]
+    tol = 100 * rr.get("tol", AGREEMENT)
+    return [
+        (f"median ≤ {100 * TARGET_MEDIAN:.0f} %", NA if rr["median"] is None else f"{100 * rr['median']:.1f} %",
+         rr["median"] is not None and rr["median"] <= TARGET_MEDIAN),
+        (f"≥ {100 * TARGET_WITHIN_SHARE:.0f} % within ±{tol:.0f} %",
+         f"{within} of {n}" + (f", {100 * within / n:.0f} %" if n else ""),
+         n > 0 and within >= TARGET_WITHIN_SHARE * n),
+        (f"stalled ≤ {TARGET_STALLED_PER_1000} per 1000 in each run", ", ".join(f"{x:.2f}" for x in rates),
+         n > 0 and all(x <= TARGET_STALLED_PER_1000 for x in rates)),
+    ]
+
+
+def render_targets(rr: dict) -> str:
+    """One line: each target, met or not, and the verdict."""
+    checks = targets(rr)
+    parts = "; ".join(f"{name}: {'met' if ok else 'NOT met'} ({value})" for name, value, ok in checks)
+    verdict = "all met" if all(ok for *_, ok in checks) else "not all met"
+    return f"* issue #13's targets for two runs: {parts}; **{verdict}**"
+
+
+def render_run_to_run(rr: dict, first_label: str, second_label: str, with_targets: bool = False) -> str:
     pct = lambda x: NA if x is None else f"{100 * x:.1f} %"  # noqa: E731
     lines = [
         f"# Run-to-run spread: {MODE_LABELS.get(rr['mode'], rr['mode'])} ({rr['protocol']} protocol)",
@@ -249,6 +280,8 @@ def render_run_to_run(rr: dict, first_label: str, second_label: str) -> str:
         f"* all {rr['n']}, each score taken without the timed pairs holding a call stalled by the host "
         f"(`l1bench.stalls`): median {pct(rr.get('median_without_stalls'))}, max {pct(rr.get('max_without_stalls'))}",
     ]
+    if with_targets:
+        lines.insert(7, render_targets(rr))
     ct = rr.get("call_times")
     if ct and ct["ref_steady"]["n"]:
         x = lambda k: NA if ct[k]["median"] is None else f"{ct[k]['median']:.3f}×"  # noqa: E731
@@ -289,6 +322,8 @@ def main(argv=None) -> int:
     r.add_argument("second")
     r.add_argument("--mode", default="default")
     r.add_argument("--protocol", default="paper")
+    r.add_argument("--targets", action="store_true",
+                   help="add a line: issue #13's targets for two runs (median, share within, stalls), met or not")
     r.add_argument("--out")
     args = ap.parse_args(argv)
     try:
@@ -297,7 +332,7 @@ def main(argv=None) -> int:
             text = slice_report(df, load_task_list(args.tasks), args.tol, args.title or Path(args.tasks).stem)
         else:
             rr = run_to_run(args.first, args.second, args.mode, args.protocol)
-            text = render_run_to_run(rr, args.first, args.second)
+            text = render_run_to_run(rr, args.first, args.second, args.targets)
     except (OSError, ValueError, KeyError) as err:
         print(f"compare: {err}", file=sys.stderr)
         return 2
