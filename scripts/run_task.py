@@ -70,8 +70,11 @@ def make_job(smk) -> dict:
     }
     if lock_dir(smk):
         job["lock_dir"] = lock_dir(smk)
-    # the opt-in timing designs: check and time jobs only (builds time nothing)
-    timing = (p.protocol_params.get("timing") or {}) if p.kind != "build" else {}
+    # the timing design: the default's flags and the params' (set otherwise than the default);
+    # check and time jobs only (builds time nothing), the task worker only for the jobs it serves
+    from l1bench.plan import job_timing
+
+    timing = job_timing(p.kind, getattr(smk.wildcards, "mode", None), p.protocol_params.get("timing"))
     if timing.get("shared_sections"):
         job["shared_sections"] = True  # timing design 5 (l1bench.worker.sections.shared)
     if timing.get("cuda_start_outside_lock"):

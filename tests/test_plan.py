@@ -350,6 +350,48 @@ def test_timing_flags_are_in_the_params_only_when_on():
     assert plan.evaluation_params("build", "sha", cfg | {"timing": {"cuda_start_outside_lock": True}}) == build
 
 
+def test_the_default_design_is_one_in_plan_config_and_schema():
+    """config/config.yaml, its schema's defaults and plan.DEFAULT_TIMING name the same default
+    design: a switch of the default changes all three or fails here."""
+    schema = yaml.safe_load((ROOT / "config/schemas/config.schema.yaml").read_text())
+    props = schema["properties"]["timing"]["properties"]
+    assert {k: CONFIG["timing"][k] for k in plan.TIMING_FLAGS} == plan.DEFAULT_TIMING
+    assert {k: props[k]["default"] for k in plan.TIMING_FLAGS} == plan.DEFAULT_TIMING
+
+
+def test_a_switch_of_the_default_design_replans_no_committed_result(monkeypatch):
+    """Were design 7 the default, a run with it would keep every committed result's params
+    (no timing key); turning it off then puts ``task_worker: False`` in the params of the
+    jobs it would serve, and of no other."""
+    monkeypatch.setitem(plan.DEFAULT_TIMING, "task_worker", True)
+    cfg = dict(CONFIG)
+    paper = {"release": "sha", "paper": cfg["paper"]}
+    on, off = cfg | {"timing": {"task_worker": True}}, cfg | {"timing": {"task_worker": False}}
+    for kind, mode in (("check", None), ("time", "default"), ("time", "cudnn"), ("time", "torch_compile")):
+        assert plan.evaluation_params(kind, "sha", on, mode) == paper
+        assert plan.evaluation_params(kind, "sha", cfg | {"timing": {}}, mode) == paper
+    assert plan.evaluation_params("check", "sha", off) == paper | {"timing": {"task_worker": False}}
+    assert plan.evaluation_params("time", "sha", off, "cuda_graph") == paper | {"timing": {"task_worker": False}}
+    assert plan.evaluation_params("time", "sha", off, "torch_compile") == paper
+    assert plan.evaluation_params("build", "sha", off) == {"release": "sha", "build": cfg["build"]}
+
+
+def test_the_jobs_design_is_the_default_over_its_params(monkeypatch):
+    """What a job runs with: at the default nothing is on; the params' flags turn one on; were
+    design 7 the default, it would serve the check and eager time jobs without a params key,
+    and ``task_worker: False`` in the params would turn it off."""
+    assert plan.job_timing("check", None, None) == {}
+    assert plan.job_timing("time", "default", {"task_worker": True}) == {"task_worker": True}
+    assert plan.job_timing("time", "torch_compile", {"task_worker": True}) == {}
+    assert plan.job_timing("build", None, {"cuda_start_outside_lock": True}) == {}
+    assert plan.job_timing("time", "cudnn", {"shared_sections": True}) == {"shared_sections": True}
+    monkeypatch.setitem(plan.DEFAULT_TIMING, "task_worker", True)
+    assert plan.job_timing("check", None, None) == {"task_worker": True}
+    assert plan.job_timing("time", "cuda_graph", {}) == {"task_worker": True}
+    assert plan.job_timing("time", "torch_compile_reduce_overhead", {}) == {}
+    assert plan.job_timing("time", "default", {"task_worker": False}) == {}
+
+
 def test_time_job_priorities_compile_slots_and_strict_params():
     check_priority = plan.check_priority("L1_T001")
     assert check_priority == plan.check_priority() == plan.CHECK_PRIORITY == 9

@@ -56,6 +56,10 @@ _CLI_BOOLEANS = ("aggregate_only",)
 #: each other.
 TIMING_DESIGNS = {"shared_sections": 5, "cuda_start_outside_lock": 6, "task_worker": 7}
 TIMING_FLAGS = tuple(TIMING_DESIGNS)
+#: The default design's flags (config/config.yaml and its schema say the same; a test holds
+#: them together): all off, design 4. A job's params carry only the flags that differ from
+#: these (:func:`timing_params`), so a change of the default re-plans no committed result.
+DEFAULT_TIMING = {"shared_sections": False, "cuda_start_outside_lock": False, "task_worker": False}
 
 #: The time modes a task worker serves (design 7, ``timing.task_worker``): the eager ones. The
 #: torch.compile modes keep a process per job: dynamo's and inductor's caches would carry over.
@@ -100,7 +104,7 @@ def check_timing(timing: Mapping | None) -> None:
     """Config ``timing`` (validated): PlanError when it turns on more than one opt-in design (5,
     ``shared_sections``; 6, ``cuda_start_outside_lock``; 7, ``task_worker``: alternatives, never
     combined)."""
-    on = [key for key in TIMING_FLAGS if (timing or {}).get(key)]
+    on = [key for key in TIMING_FLAGS if (timing or {}).get(key, DEFAULT_TIMING[key])]
     if len(on) > 1:
         designs = " and ".join(str(TIMING_DESIGNS[k]) for k in on)
         raise PlanError(
@@ -111,7 +115,7 @@ def check_timing(timing: Mapping | None) -> None:
 def serves_task_worker(kind: str, mode: str | None, timing: Mapping | None) -> bool:
     """Whether a job runs in its task's worker (design 7): with ``timing.task_worker`` on, the
     check and the time jobs of :data:`TASK_WORKER_MODES`; never a build."""
-    if not (timing or {}).get("task_worker"):
+    if not (timing or {}).get("task_worker", DEFAULT_TIMING["task_worker"]):
         return False
     return kind == "check" or (kind == "time" and mode in TASK_WORKER_MODES)
 
@@ -418,22 +422,48 @@ def timeout(timeouts: Mapping[str, int], kind: str, is_demo: bool) -> int:
     return min(t, timeouts["demo_section" if kind == "gpu_section" else "demo"])
 
 
+def timing_params(kind: str, mode: str | None, timing: Mapping | None) -> dict:
+    """The timing flags of a check or time job's params: those set otherwise than in
+    :data:`DEFAULT_TIMING`, with their value; ``task_worker`` only for the jobs a task worker
+    serves (:func:`serves_task_worker`). Design 4 as default: the flags that are on, as before
+    the default existed. A flag the config leaves out is at its default."""
+    timing = timing or {}
+    out = {}
+    for key in TIMING_FLAGS:
+        value = bool(timing.get(key, DEFAULT_TIMING[key]))
+        if value == DEFAULT_TIMING[key]:
+            continue
+        if key == "task_worker" and not serves_task_worker(kind, mode, {"task_worker": True}):
+            continue
+        out[key] = value
+    return out
+
+
+def job_timing(kind: str, mode: str | None, params_timing: Mapping | None) -> dict:
+    """The timing flags in force for a job, those on only: its params' ``timing`` (the flags
+    set otherwise than the default, :func:`timing_params`) over :data:`DEFAULT_TIMING`;
+    ``task_worker`` only where it serves the job. Builds take none (they time nothing)."""
+    if kind not in ("check", "time"):
+        return {}
+    merged = DEFAULT_TIMING | dict(params_timing or {})
+    return {
+        key: True
+        for key in TIMING_FLAGS
+        if merged[key] and (key != "task_worker" or serves_task_worker(kind, mode, merged))
+    }
+
+
 def evaluation_params(kind: str, fingerprint: str | None, config: Mapping, mode: str | None = None) -> dict:
     """Protocol parameters of a stage: hashed by Snakemake, so changing one reruns the stage.
-    ``fingerprint``: what identifies the release content. ``timing`` (its flags that are on:
-    shared sections, design 5; CUDA started outside the lock, design 6; the task worker, design
-    7, only for the jobs it serves, :func:`serves_task_worker` of ``mode``) is added to check and
-    time params only when one is on, with only the flags that are on: off, the params (and so
-    every committed result's params hash) are as before the keys existed."""
+    ``fingerprint``: what identifies the release content. ``timing`` (shared sections, design
+    5; CUDA started outside the lock, design 6; the task worker, design 7, only for the jobs it
+    serves) is added to check and time params only where a flag is set otherwise than by the
+    default design, with only those flags (:func:`timing_params`): at the default, the params
+    (and so every committed result's params hash) are as before the keys existed."""
     p = {"release": fingerprint, "paper": config["paper"]}
     if kind == "build":
         return {"release": fingerprint, "build": config["build"]}
-    timing = config.get("timing") or {}
-    on = {
-        key: True
-        for key in TIMING_FLAGS
-        if timing.get(key) and (key != "task_worker" or serves_task_worker(kind, mode, timing))
-    }
+    on = timing_params(kind, mode, config.get("timing"))
     if on:
         p["timing"] = on
     if kind == "check" and config["protocol"] != "paper":
