@@ -45,6 +45,34 @@ def test_gpu_samples():
     s = stagetimes.gpu_samples(lines)
     assert s["samples"] == 3 and s["mean_util_pct"] == 50 and abs(s["idle_share"] - 1 / 3) < 1e-9
     assert stagetimes.gpu_samples([]) == {"samples": 0}
+    assert (s["memory_median_mib"], s["memory_max_mib"]) == (900, 900)
+    assert "memory_max_mib" not in stagetimes.gpu_samples(["2026/12/03 10:00:00.000, 10"])
+
+
+def test_what_ran_while_the_gpu_memory_was_highest():
+    """Each GPU sample counted against the steps running then: one-shot workers, task workers
+    in a step, task workers idle until their idle exit; the top share of samples by memory."""
+    def step(start, end, pid=None):
+        prov = {"started": f"2026-12-03T10:00:{start:02d}+00:00", "finished": f"2026-12-03T10:00:{end:02d}+00:00"}
+        if pid:
+            prov["task_worker"] = {"pid": pid, "started": "s"}
+        return {"kind": "time", "provenance": prov}
+
+    # one-shot 0-9 s; worker 7 runs steps 0-4 and 10-14 (idle between, and for 5 s after: idle_s=5)
+    rows = [step(0, 9), step(0, 4, pid=7), step(10, 14, pid=7),
+            {"kind": "build", "provenance": {"started": "2026-12-03T10:00:00+00:00",
+                                             "finished": "2026-12-03T10:00:30+00:00"}}]
+    mem = {0: 100, 2: 300, 6: 900, 12: 500, 17: 200, 25: 999}  # 25 s: after every step (left out)
+    lines = [f"2026/12/03 10:00:{t:02d}.000, 50, {m}, 1980" for t, m in mem.items()] + ["garbage"]
+    m = stagetimes.processes_by_memory(rows, lines, idle_s=5, top=0.2)
+    assert m["samples"] == 5 and m["memory_floor_mib"] == 900
+    assert m["high"] == {"memory_mib": 900, "one_shot": 1, "workers_busy": 0, "workers_idle": 1}
+    assert m["all"]["one_shot"] == 3 / 5 and m["all"]["workers_busy"] == 3 / 5 and m["all"]["workers_idle"] == 2 / 5
+    line = stagetimes.describe_memory(m)
+    assert line.startswith("GPU memory: in the 20 % of the 5 samples with the most used (≥ 900 MiB) 1.0 one-shot")
+    assert "0.0 task workers running a step and 1.0 idle" in line
+    assert stagetimes.processes_by_memory(rows[-1:], lines) is None
+    assert stagetimes.processes_by_memory(rows, ["2026/12/04 10:00:00.000, 1, 5, 6"]) is None
 
 
 def test_cpu_samples_busy_share():

@@ -280,20 +280,99 @@ def describe_missing(expected: int, missing: list[str], show: int = 8) -> str:
     return line
 
 
+def _number(text: str) -> float | None:
+    return float(text) if text.replace(".", "", 1).isdigit() else None
+
+
 def gpu_samples(lines) -> dict:
-    """Summary of ``nvidia-smi --query-gpu=timestamp,utilization.gpu,... -l 1`` lines."""
-    util = []
+    """Summary of ``nvidia-smi --query-gpu=timestamp,utilization.gpu,memory.used,... -l 1``
+    lines: utilisation, and the memory used (MiB) at the median and at its highest."""
+    util, mem = [], []
     for line in lines:
         parts = [x.strip() for x in line.split(",")]
-        if len(parts) > 1 and parts[1].replace(".", "", 1).isdigit():
+        if len(parts) > 1 and _number(parts[1]) is not None:
             util.append(float(parts[1]))
+            if len(parts) > 2 and _number(parts[2]) is not None:
+                mem.append(float(parts[2]))
     if not util:
         return {"samples": 0}
-    return {
+    out = {
         "samples": len(util),
         "mean_util_pct": sum(util) / len(util),
         "idle_share": sum(1 for u in util if u == 0) / len(util),
     }
+    if mem:
+        mem.sort()
+        out |= {"memory_median_mib": int(mem[len(mem) // 2]), "memory_max_mib": int(mem[-1])}
+    return out
+
+
+def _sample_time(text: str) -> float | None:
+    """An nvidia-smi timestamp (``2026/12/05 05:21:55.996``, the node's clock: UTC) in epoch s."""
+    try:
+        return datetime.strptime(text.strip(), "%Y/%m/%d %H:%M:%S.%f").replace(tzinfo=timezone.utc).timestamp()
+    except ValueError:
+        return None
+
+
+def processes_by_memory(rows, lines, idle_s: float = 60.0, top: float = 0.05) -> dict | None:
+    """What held CUDA processes while the GPU's memory was at its highest: over the GPU
+    sampler's ``lines`` (one a second) in the run's span, the mean number of one-shot worker
+    processes running a check or time step, of task workers (design 7) running a step, and of
+    task workers idle (counted live until ``idle_s`` after their last step, their idle exit:
+    the config's ``timing.task_worker_idle_s``), in the ``top`` share of samples by memory
+    used, and in all samples. None without samples in the span."""
+    one_shot, workers = [], defaultdict(list)
+    for r in rows:
+        prov = r.get("provenance") or {}
+        ran = prov.get("started") and prov.get("finished") and prov.get("worker", True)
+        if r.get("kind") == "build" or not ran:
+            continue
+        span = (_when(prov["started"]).timestamp(), _when(prov["finished"]).timestamp())
+        w = prov.get("task_worker")
+        if w:
+            workers[(w.get("pid"), w.get("started"))].append(span)
+        else:
+            one_shot.append(span)
+    if not one_shot and not workers:
+        return None
+    lives = [(min(a for a, _ in v), max(b for _, b in v) + idle_s, v) for v in workers.values()]
+    lo = min([a for a, _ in one_shot] + [a for a, _, _ in lives])
+    hi = max([b for _, b in one_shot] + [b for _, b, _ in lives])
+    samples = []
+    for line in lines:
+        parts = [x.strip() for x in line.split(",")]
+        t = _sample_time(parts[0]) if parts else None
+        mem = _number(parts[2]) if len(parts) > 2 else None
+        if t is None or mem is None or not lo <= t <= hi:
+            continue
+        busy = sum(any(a <= t <= b for a, b in v) for _, _, v in lives)
+        live = sum(a <= t <= b for a, b, _ in lives)
+        samples.append((mem, sum(a <= t <= b for a, b in one_shot), busy, live - busy))
+    if not samples:
+        return None
+    samples.sort(reverse=True)
+    high = samples[: max(1, round(top * len(samples)))]
+    mean = lambda xs, i: sum(x[i] for x in xs) / len(xs)  # noqa: E731
+    return {
+        "samples": len(samples), "top": top, "memory_floor_mib": int(high[-1][0]),
+        "high": {k: mean(high, i) for i, k in enumerate(("memory_mib", "one_shot", "workers_busy", "workers_idle"))},
+        "all": {k: mean(samples, i) for i, k in enumerate(("memory_mib", "one_shot", "workers_busy", "workers_idle"))},
+    }
+
+
+def describe_memory(m: dict) -> str:
+    """One line of :func:`processes_by_memory`."""
+    def part(d):
+        text = f"{d['one_shot']:.1f} one-shot worker processes"
+        if d["workers_busy"] or d["workers_idle"]:
+            text += f", {d['workers_busy']:.1f} task workers running a step and {d['workers_idle']:.1f} idle"
+        return text
+    return (
+        f"GPU memory: in the {100 * m['top']:.0f} % of the {m['samples']} samples with the most used (≥ "
+        f"{m['memory_floor_mib']} MiB) {part(m['high'])} on average; over all samples "
+        f"({m['all']['memory_mib']:.0f} MiB on average) {part(m['all'])}"
+    )
 
 
 def _stat_row(parts: list[str]) -> tuple[int, int, int]:
@@ -396,6 +475,10 @@ def report(root, samples=None, since=None, until=None, bullet: str = "") -> str:
         lines.append(workers)
     if samples:
         lines += samples_summary(samples, timing_cpu_of(rows)).splitlines()
+        for path in sorted(Path(samples).glob("gpu-*")):
+            m = processes_by_memory(rows, path.read_text(errors="replace").splitlines())
+            if m:
+                lines.append(f"{path.name}: " + describe_memory(m))
     by_phase = lock_by_phase(rows)
     steps = "\n\nGPU lock by step (results that record it):\n\n" + phase_table(by_phase) if by_phase else ""
     profile = lock_profile(rows)
