@@ -238,6 +238,7 @@ def run_job(smk, job: dict) -> dict:
             worker_env(smk),
             section_timeout=section_timeout,
             idle_s=float((smk.config.get("timing") or {}).get("task_worker_idle_s", 60)),
+            max_idle=int((smk.config.get("timing") or {}).get("task_worker_max_idle", 0)),
         )
     return run_worker(job, smk.params.timeout, smk.log[0], worker_env(smk), section_timeout=section_timeout)
 

@@ -334,7 +334,8 @@ def test_timing_flags_are_in_the_params_only_when_on():
     adds its own key; builds never take them."""
     cfg = dict(CONFIG)
     assert cfg["timing"] == {
-        "shared_sections": False, "cuda_start_outside_lock": False, "task_worker": False, "task_worker_idle_s": 60
+        "shared_sections": False, "cuda_start_outside_lock": False, "task_worker": False, "task_worker_idle_s": 60,
+        "task_worker_max_idle": 0,
     }
     paper = {"release": "sha", "paper": cfg["paper"]}
     for kind in ("check", "time"):

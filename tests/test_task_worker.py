@@ -65,8 +65,9 @@ def job(tasks, tmp_path, tid, kind="check", task_dir=None, **extra):
     return j | extra
 
 
-def served(tmp_path, j, timeout=60, idle_s=20.0):
-    return run_in_task_worker(j, timeout, tmp_path / f"{j['tid']}.log", tmp_path / "tw", idle_s=idle_s)
+def served(tmp_path, j, timeout=60, idle_s=20.0, max_idle=0):
+    return run_in_task_worker(j, timeout, tmp_path / f"{j['tid']}.log", tmp_path / "tw", idle_s=idle_s,
+                              max_idle=max_idle)
 
 
 def gone(pid: int) -> bool:
@@ -381,6 +382,47 @@ def test_a_worker_serves_one_task_only(tasks, tmp_path):
 def test_the_worker_ends_when_idle(tasks, tmp_path):
     res = served(tmp_path, job(tasks, tmp_path, "L1_T001"), idle_s=1.0)
     assert wait_for(lambda: gone(res["provenance"]["task_worker"]["pid"]), 15)
+
+
+def test_idle_tokens_bound_the_workers_waiting_per_gpu(tmp_path):
+    """Tokens are flocks on files beside the GPU's lock: n of them per GPU, given back when a
+    step comes (or when the process ends); 0 sets no bound."""
+    a, b, c = (serve.IdleTokens(2) for _ in range(3))
+    assert a.take(tmp_path, "cpu") and b.take(tmp_path, "cpu")
+    assert not c.take(tmp_path, "cpu")
+    assert serve.IdleTokens(2).take(tmp_path / "other-machine", "cpu")  # another lock folder: other tokens
+    a.give_back()
+    assert c.take(tmp_path, "cpu")
+    assert c.take(tmp_path, "cpu")  # already holds one: still one
+    assert sorted(p.name for p in tmp_path.glob("l1bench-cpu.idle*")) == ["l1bench-cpu.idle0", "l1bench-cpu.idle1"]
+    assert all(serve.IdleTokens(0).take(tmp_path, "cpu") for _ in range(5))
+    b.give_back(), c.give_back()
+
+
+def test_a_worker_that_finds_the_idle_bound_full_exits_after_its_step(tasks, tmp_path):
+    """max_idle 1: the first task's worker waits idle (holding the token); the second task's
+    worker serves its step and then exits at once, though its idle time (20 s) has not run
+    out; once the first is gone, a third task's worker may wait again."""
+    one = served(tmp_path, job(tasks, tmp_path, "L1_T001"), max_idle=1)
+    first = one["provenance"]["task_worker"]["pid"]
+    try:
+        two = served(tmp_path, job(tasks, tmp_path, "L1_T002"), max_idle=1)
+        second = two["provenance"]["task_worker"]["pid"]
+        assert two["status"] == "pass" and second != first
+        assert wait_for(lambda: gone(second), 10)
+        assert "workers already wait idle on this GPU: exiting" in (tmp_path / "tw" / "L1_T002.log").read_text()
+        assert not gone(first)
+        again = served(tmp_path, job(tasks, tmp_path, "L1_T001", "time"), max_idle=1)  # the idle one serves
+        assert again["provenance"]["task_worker"]["pid"] == first
+    finally:
+        stop(one)
+    assert wait_for(lambda: gone(first), 10)
+    three = served(tmp_path, job(tasks, tmp_path, "L1_T003"), max_idle=1)
+    try:
+        time.sleep(1.5)
+        assert not gone(three["provenance"]["task_worker"]["pid"])  # the token came free with the kill
+    finally:
+        stop(three)
 
 
 def test_the_worker_ends_with_its_workflow(tasks, tmp_path, monkeypatch):

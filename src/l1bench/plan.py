@@ -92,9 +92,10 @@ def normalise_cli_values(cfg: dict) -> None:
         for key in TIMING_FLAGS:
             if key in timing:
                 timing[key] = _cli_bool(timing[key])
-        idle = timing.get("task_worker_idle_s")
-        if isinstance(idle, str) and idle.strip().isdigit():
-            timing["task_worker_idle_s"] = int(idle)
+        for key in ("task_worker_idle_s", "task_worker_max_idle"):
+            value = timing.get(key)
+            if isinstance(value, str) and value.strip().isdigit():
+                timing[key] = int(value)
     # --config device=3090 arrives as the integer 3090: the release names are strings
     if isinstance(cfg.get("device"), int) and not isinstance(cfg.get("device"), bool):
         cfg["device"] = str(cfg["device"])

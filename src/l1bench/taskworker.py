@@ -36,7 +36,7 @@ from pathlib import Path
 from l1bench import lifeline
 from l1bench.runner import JobFailed, JobStopped, absolute_paths, job_error, overdue, worker_env
 from l1bench.worker.outcome import EXIT_INFRA
-from l1bench.worker.serve import foreign_uid, read_line
+from l1bench.worker.serve import MAX_STEPS, foreign_uid, read_line
 
 #: Seconds a new worker may take to listen (imports torch and the worker's modules).
 START_TIMEOUT_S = 120.0
@@ -105,13 +105,19 @@ class StepLock:
         self.fh.close()
 
 
-def start_worker(name: str, job: dict, env: dict, server_log: Path, idle_s: float, log) -> tuple[socket.socket, int]:
-    """Start the task's worker and connect to it: (connection, pid)."""
+def start_worker(
+    name: str, job: dict, env: dict, server_log: Path, idle_s: float, log, max_idle: int = 0
+) -> tuple[socket.socket, int]:
+    """Start the task's worker and connect to it: (connection, pid). ``max_idle``: how many
+    workers may wait idle on its GPU at once (:class:`l1bench.worker.serve.IdleTokens`)."""
     scratch = Path(job.get("ext_dir") or tempfile.gettempdir()).resolve()
     scratch.mkdir(parents=True, exist_ok=True)
     server_log.parent.mkdir(parents=True, exist_ok=True)
     cmd = [sys.executable, "-m", "l1bench.worker.serve", name, f"{idle_s:g}"]
-    log.write(f"$ {' '.join(cmd)}  (task worker of {job['tid']}, idle exit after {idle_s:g} s)\n")
+    if max_idle:
+        cmd += [str(MAX_STEPS), str(int(max_idle))]
+    bound = f", at most {int(max_idle)} idle on its GPU" if max_idle else ""
+    log.write(f"$ {' '.join(cmd)}  (task worker of {job['tid']}, idle exit after {idle_s:g} s{bound})\n")
     log.flush()
     with open(server_log, "a") as out:
         proc = subprocess.Popen(
@@ -132,14 +138,16 @@ def start_worker(name: str, job: dict, env: dict, server_log: Path, idle_s: floa
         time.sleep(0.05)
 
 
-def connect(name: str, job: dict, env: dict, server_log: Path, idle_s: float, log) -> tuple[socket.socket, dict]:
+def connect(
+    name: str, job: dict, env: dict, server_log: Path, idle_s: float, log, max_idle: int = 0
+) -> tuple[socket.socket, dict]:
     """A connection to the task's worker, started if none listens, and its greeting (``pid``,
     ``steps`` served so far). A worker that ends as it is reached (its idle time ran out just
     then) closes without a greeting: a fresh one is started."""
     for _ in range(3):
         sock = _connect(name)
         if sock is None:
-            sock, _pid = start_worker(name, job, env, server_log, idle_s, log)
+            sock, _pid = start_worker(name, job, env, server_log, idle_s, log, max_idle)
         until = time.monotonic() + START_TIMEOUT_S
 
         def patience(until=until):
@@ -165,6 +173,7 @@ def run_in_task_worker(
     env: dict | None = None,
     section_timeout: float | None = None,
     idle_s: float = 60.0,
+    max_idle: int = 0,
 ) -> dict:
     """Run one step in its task's worker and return its result dict (see the module's doc).
 
@@ -177,7 +186,7 @@ def run_in_task_worker(
     with StepLock(home / f"{job['tid']}.lock") as step_lock, tempfile.TemporaryDirectory(prefix="l1bench-") as tmp:
         out_path, status = Path(tmp) / "result.json", Path(tmp) / "lock-status.json"
         with open(log_path, "a") as log:
-            sock, hello = connect(name, job, dict(env or {}), home / f"{job['tid']}.log", idle_s, log)
+            sock, hello = connect(name, job, dict(env or {}), home / f"{job['tid']}.log", idle_s, log, max_idle)
             with sock:
                 pid = hello["pid"]
                 log.write(

@@ -1,8 +1,9 @@
 """A task worker (timing design 7, opt-in ``timing.task_worker``): one process that serves one
 task's check and its eager-mode time steps, one after another, so that CUDA starts and the GPU's
 first-use work (module loading, cuDNN/cuBLAS set-up) is paid once per task instead of once per
-step. Run as ``python -m l1bench.worker.serve NAME IDLE_S`` by :mod:`l1bench.taskworker` (the
-job script's side), which also kills it when a step runs over its timeout.
+step. Run as ``python -m l1bench.worker.serve NAME IDLE_S [MAX_STEPS [MAX_IDLE]]`` by
+:mod:`l1bench.taskworker` (the job script's side), which also kills it when a step runs over its
+timeout.
 
 Why: session ten's profile of the 41-task slice found 40 % of the GPU lock in each process's own
 first-use cost (CUDA's start, the reference warm-up's first convolutions, models to device); the
@@ -24,7 +25,9 @@ What keeps a step as clean as in a fresh process (:class:`TaskWorker`):
 * every result it writes says so: ``timing_design`` 7 and ``provenance.task_worker`` (its pid,
   the step's number in it, the steps that ran before in the same process).
 
-The worker ends by itself when no step came for ``IDLE_S`` seconds, when the workflow that
+The worker ends by itself when no step came for ``IDLE_S`` seconds; after a step, when
+``MAX_IDLE`` other workers already wait idle on its GPU (:class:`IdleTokens`: each idle worker
+holds its CUDA context, GPU memory no step uses; 0, the default, sets no bound); when the workflow that
 started it is gone (:mod:`l1bench.lifeline`), and, during a step, when the job script that sent
 the step is gone (its connection closed): it then kills its process group, as a job's guard
 kills a one-shot worker.
@@ -390,8 +393,47 @@ def read_line(conn: socket.socket, on_wait=None, wait_s: float = 0.5, limit: int
     return data
 
 
-def serve(name: str, idle_s: float, max_steps: int = MAX_STEPS) -> int:
-    """Serve steps on the abstract Unix socket ``name`` until idle for ``idle_s`` or retired."""
+class IdleTokens:
+    """At most ``n`` task workers wait idle at once per GPU of this machine (``n`` 0: no bound).
+    An idle worker holds one of ``n`` token files (``l1bench-<gpu>.idle<k>`` beside the GPU's
+    lock files) under an exclusive flock, and gives it back when a step comes; a worker that
+    finds none free after its step exits instead of waiting. The flock goes with the process,
+    so a killed worker frees its token."""
+
+    def __init__(self, n: int):
+        self.n = max(0, int(n))
+        self._fh = None
+
+    def take(self, lock_dir, device: str | None) -> bool:
+        """Hold a free token of ``device``'s GPU (``lock_dir``: the GPU lock's folder, None for
+        the default); True when one was free or there is no bound."""
+        if not self.n or self._fh is not None:
+            return True
+        import fcntl
+
+        from l1bench.gpulock import _made_lock_dir, lock_name
+
+        stem = _made_lock_dir(lock_dir) / f"l1bench-{lock_name(device or 'cpu')}.idle"
+        for k in range(self.n):
+            fh = open(f"{stem}{k}", "a")
+            try:
+                fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                fh.close()
+                continue
+            self._fh = fh
+            return True
+        return False
+
+    def give_back(self) -> None:
+        if self._fh is not None:
+            self._fh.close()  # closing the file lets go of its flock
+            self._fh = None
+
+
+def serve(name: str, idle_s: float, max_steps: int = MAX_STEPS, max_idle: int = 0) -> int:
+    """Serve steps on the abstract Unix socket ``name`` until idle for ``idle_s`` or retired;
+    after a step, exit at once when ``max_idle`` workers already wait idle on its GPU."""
     import torch  # noqa: F401 - imported once, before the first step
 
     import l1bench.worker.stages  # noqa: F401 - the worker's modules, loaded before any step
@@ -405,14 +447,15 @@ def serve(name: str, idle_s: float, max_steps: int = MAX_STEPS) -> int:
     listener.bind("\0" + name)  # abstract: no file, gone with the process
     listener.listen(4)
     listener.settimeout(0.5)
-    worker, watch = TaskWorker(max_steps), Watch()
+    worker, watch, tokens = TaskWorker(max_steps), Watch(), IdleTokens(max_idle)
     worker.threads.update(threading.enumerate())
-    idle_since = time.monotonic()
+    idle_since, lock_dir = time.monotonic(), None
     while time.monotonic() - idle_since < idle_s:
         try:
             conn, _ = listener.accept()
         except TimeoutError:
             continue
+        tokens.give_back()  # busy now (or about to be): another worker may wait idle instead
         with conn:
             uid = foreign_uid(conn)
             if uid is not None:  # another user's process: no greeting, no step
@@ -428,8 +471,10 @@ def serve(name: str, idle_s: float, max_steps: int = MAX_STEPS) -> int:
                 continue  # a client that gave up
             conn.settimeout(None)
             watch.conn = conn
+            request = json.loads(line)
+            lock_dir = (request.get("job") or {}).get("lock_dir") or lock_dir
             try:
-                reply = handle(worker, json.loads(line))
+                reply = handle(worker, request)
             finally:
                 watch.conn = None
             try:
@@ -438,6 +483,10 @@ def serve(name: str, idle_s: float, max_steps: int = MAX_STEPS) -> int:
                 return 0
         if reply.get("retire"):
             return 0
+        if worker.steps and not tokens.take(lock_dir, worker.lock_device):
+            print(f"task worker {os.getpid()}: {tokens.n} workers already wait idle on this GPU: exiting",
+                  file=sys.stderr, flush=True)
+            return 0
         idle_since = time.monotonic()
     return 0
 
@@ -445,7 +494,8 @@ def serve(name: str, idle_s: float, max_steps: int = MAX_STEPS) -> int:
 def main(argv: list[str]) -> int:
     name, idle_s = argv[1], float(argv[2])
     max_steps = int(argv[3]) if len(argv) > 3 else MAX_STEPS
-    return serve(name, idle_s, max_steps)
+    max_idle = int(argv[4]) if len(argv) > 4 else 0
+    return serve(name, idle_s, max_steps, max_idle)
 
 
 if __name__ == "__main__":
