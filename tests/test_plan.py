@@ -393,6 +393,17 @@ def test_the_jobs_design_is_the_default_over_its_params(monkeypatch):
     assert plan.job_timing("time", "default", {"task_worker": False}) == {}
 
 
+def test_two_designs_on_say_which_one_is_on_by_default(monkeypatch):
+    with pytest.raises(plan.PlanError) as e:
+        plan.check_timing({"shared_sections": True, "task_worker": True})
+    assert str(e.value).endswith("(5 and 7): turn on one of them")
+    monkeypatch.setitem(plan.DEFAULT_TIMING, "task_worker", True)
+    with pytest.raises(plan.PlanError) as e:
+        plan.check_timing({"shared_sections": True})  # task_worker left out: on by default
+    assert str(e.value).endswith("turn on one of them (task_worker is on by default: set task_worker: false)")
+    plan.check_timing({"shared_sections": True, "task_worker": False})
+
+
 def test_time_job_priorities_compile_slots_and_strict_params():
     check_priority = plan.check_priority("L1_T001")
     assert check_priority == plan.check_priority() == plan.CHECK_PRIORITY == 9

@@ -108,8 +108,10 @@ def check_timing(timing: Mapping | None) -> None:
     on = [key for key in TIMING_FLAGS if (timing or {}).get(key, DEFAULT_TIMING[key])]
     if len(on) > 1:
         designs = " and ".join(str(TIMING_DESIGNS[k]) for k in on)
+        hint = "".join(f" ({key} is on by default: set {key}: false)" for key in on if DEFAULT_TIMING[key])
         raise PlanError(
             f"config timing: {' and '.join(on)} are alternative timing designs ({designs}): turn on one of them"
+            + hint
         )
 
 
