@@ -58,6 +58,16 @@ device=
 for a in "${args[@]}"; do case $a in device=*) device=${a#device=} ;; esac; done
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 mkdir -p "$out"
+use_package() {  # the l1bench package for this shell: device_run.sh's install, else install it
+    local site=${L1_SITE:-/tmp/l1bench-site}
+    [ -n "${L1_TAKEN:-}" ] && return 0
+    if [ -d "$site/l1bench" ]; then
+        export PYTHONPATH="$site${PYTHONPATH:+:$PYTHONPATH}"
+    else
+        . "$here/offline_install.sh" "${WHEELHOUSE:-.whl}" || exit 1
+    fi
+    L1_TAKEN=1
+}
 tree_of() {  # results/NAME-LABEL/<device>: device= from the arguments, else the newest folder
     local res=results/$name-$1
     if [ -n "$device" ]; then echo "$res/$device"; else ls -td "$res"/*/ 2>/dev/null | head -1 | sed 's:/$::'; fi
@@ -68,8 +78,8 @@ for run in "${runs[@]}"; do
     if [ -n "$first" ]; then
         this_tree=$(tree_of "$label")
         [ -n "$this_tree" ] || this_tree=results/$name-$label/$(basename "$first_tree")
-        # The package is on PYTHONPATH only inside device_run.sh's own shell: install it here too.
-        [ -n "${L1_TAKEN:-}" ] || { . "$here/offline_install.sh" "${WHEELHOUSE:-.whl}" || exit 1; L1_TAKEN=1; }
+        # The package is on PYTHONPATH only inside device_run.sh's own shell: here too.
+        use_package
         python3 -m l1bench retime prepare "$first_tree" "$this_tree" --stages build --ext-from "$first_tree"
     fi
     echo "== run $label: ${budget} s${serial:+, one GPU job at a time} -> results/$name-$label"
@@ -83,7 +93,7 @@ for run in "${runs[@]}"; do
         [ -n "$first_tree" ] || { echo "repeat_runs.sh: run $label wrote no results tree under results/$name-$label" >&2; exit 1; }
     fi
 done
-[ -n "${L1_TAKEN:-}" ] || { . "$here/offline_install.sh" "${WHEELHOUSE:-.whl}" || exit 1; }
+use_package
 for run in "${runs[@]:1}"; do
     label=${run%%:*}
     report="$out/SPREAD-$first-$label.md"
