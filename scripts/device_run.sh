@@ -52,10 +52,21 @@ drain_at=$((budget - ${DRAIN_S:-80}))
 # GPU jobs and extension builds take no core (plan.evaluation_threads, build_threads): --cores
 # (JOB_SLOTS) caps the short CPU jobs only.
 ncpu=$(nproc)
+# Compile-mode jobs at once: 3/4 of the CPUs (each spends ~15 CPU-s in code generation), and at
+# most one per 10 GiB of the smallest GPU's memory. With 12 at once the 41-task slice's GPU
+# memory peaked at 49-85 GB on an H200, and the compile-mode jobs of level-3 tasks set the
+# peaks (RUN_NOTES, session fourteen): 12 on an H200, 7 on an 80 GB H100.
+compile_jobs=$((3 * ncpu / 4))
+mem_mib=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits 2>/dev/null | sort -n | head -1)
+if [[ $mem_mib =~ ^[0-9]+$ ]] && [ $((mem_mib / 10240)) -lt "$compile_jobs" ]; then
+    compile_jobs=$((mem_mib / 10240))
+fi
+[ "$compile_jobs" -ge 1 ] || compile_jobs=1
+echo "compile-mode jobs at once: ${COMPILE_JOBS:-$compile_jobs} (GPU memory ${mem_mib:-unknown} MiB, $ncpu CPUs)"
 touch .devstate/started  # the watchdog counts the results written after this
 timeout -s INT -k 30 "$budget" python3 -m snakemake --cores "${JOB_SLOTS:-$((2 * ncpu))}" \
     --resources gpu="${GPU_JOBS:-$((2 * ncpu))}" builds="${BUILD_JOBS:-6}" \
-    compile="${COMPILE_JOBS:-$((3 * ncpu / 4))}" "$@" >"$log" 2>&1 &
+    compile="${COMPILE_JOBS:-$compile_jobs}" "$@" >"$log" 2>&1 &
 run=$!
 # Watchdog: a run whose first WATCH_S seconds bring failures and no passing check is broken
 # (bad environment, broken worker), and so is one with at least 10 failed jobs and fewer results

@@ -20,6 +20,7 @@ NVIDIA_SMI = """#!/bin/sh
 case "$*" in
   *-L*) echo "GPU 0: Stand-in GPU (UUID: GPU-00000000-0000-0000-0000-000000000000)" ;;
   *"-l 1"*) exec sleep 600 ;;
+  *memory.total*) echo 24576 ;;
   *) echo "Stand-in GPU, 0.0, 1980, 3201, 0" ;;
 esac
 """
@@ -72,6 +73,10 @@ def test_the_watchdog_stops_a_run_whose_time_jobs_all_fail(tmp_path):
     line = "watchdog: 12 failed jobs and 3 results written after 5 s: stopping"
     assert line in proc.stdout, proc.stdout + proc.stderr
     assert wall < 120
+    # a 24 GiB GPU: at most two compile-mode jobs at once (one per 10 GiB), and 3/4 of the CPUs
+    ncpu = len(os.sched_getaffinity(0))
+    expected = max(1, min(3 * ncpu // 4, 2))
+    assert f"compile-mode jobs at once: {expected} (GPU memory 24576 MiB, {ncpu} CPUs)" in proc.stdout
     with tarfile.open(tmp_path / "out" / "results.tgz") as tgz:
         assert "results/h100/check/L1_T002.json" in tgz.getnames()
 
