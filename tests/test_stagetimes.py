@@ -233,3 +233,21 @@ def test_task_workers_line_counts_the_tasks_that_needed_another_worker():
     tail = "; 2 tasks started another worker after their first, with 2× time:strict:default, 1× time:paper:default"
     assert line.endswith(tail)
     assert "started another worker" not in task_workers(rows[3:6])
+
+
+def test_a_bound_on_idle_task_workers_replayed_on_recorded_steps():
+    """Three tasks, two steps each; the third's second step comes after the idle exit. With at
+    most one worker idle, the second and third task's workers exit after their first step."""
+    def step(tid, start, end):
+        prov = {"started": f"2026-12-05T05:00:{start:02d}+00:00", "finished": f"2026-12-05T05:00:{end:02d}+00:00",
+                "task_worker": {"pid": 1, "started": "s"}}
+        return {"kind": "time", "tid": tid, "provenance": prov}
+
+    rows = [step("L1_T001", 0, 1), step("L1_T001", 10, 11), step("L1_T002", 2, 3), step("L1_T002", 12, 13),
+            step("L1_T003", 4, 5), step("L1_T003", 40, 41), {"kind": "check", "tid": "L1_T004", "provenance": {}}]
+    replay = stagetimes.replay_idle_bound
+    assert replay(rows, 0, idle_s=30) == {"starts": 4, "max_idle": 3}
+    assert replay(rows, 2, idle_s=30) == {"starts": 4, "max_idle": 2}
+    assert replay(rows, 1, idle_s=30) == {"starts": 5, "max_idle": 1}
+    assert replay(rows, 0, idle_s=5)["starts"] == 6
+    assert replay(rows[-1:], 0) == {"starts": 0, "max_idle": 0}

@@ -457,6 +457,41 @@ def samples_summary(folder, timing_cpu: int | None = None) -> str:
     return "\n".join(out)
 
 
+def replay_idle_bound(rows, max_idle: int, idle_s: float = 60.0) -> dict:
+    """Design 7's task workers replayed on a run's recorded steps under another idle policy:
+    how many workers would have started had at most ``max_idle`` waited idle at once (0: no
+    bound; ``timing.task_worker_max_idle``) with an idle exit after ``idle_s``. Each step keeps
+    the start and finish it had (no feedback: fewer CUDA starts would have moved them), so the
+    estimate is of the bound's first-order cost. Unbounded, with the run's own ``idle_s``, it
+    gives the run's own count to within a worker or two (a worker's idle time starts after it
+    replied, a little after the step's recorded finish). ``{"starts", "max_idle"}``."""
+    steps = defaultdict(list)
+    for r in rows:
+        prov = r.get("provenance") or {}
+        if prov.get("task_worker") and prov.get("started") and prov.get("finished"):
+            steps[r.get("tid")].append((_when(prov["started"]).timestamp(), _when(prov["finished"]).timestamp()))
+    # at one instant a step's end comes before another's start (0 < 1): its worker is idle then
+    events = sorted([(b, 0, tid) for tid, v in steps.items() for _, b in v]
+                    + [(a, 1, tid) for tid, v in steps.items() for a, _ in v])
+    idle_since: dict = {}  # task -> None (running a step) or when it went idle
+    starts = most = 0
+    for t, is_start, tid in events:
+        for task, since in list(idle_since.items()):
+            if since is not None and t - since > idle_s:
+                del idle_since[task]
+        if is_start:
+            starts += tid not in idle_since
+            idle_since[tid] = None
+            continue
+        waiting = sum(since is not None for since in idle_since.values())
+        if max_idle and waiting >= max_idle:
+            idle_since.pop(tid, None)  # finds no token: exits after its step
+        else:
+            idle_since[tid] = t
+        most = max(most, sum(since is not None for since in idle_since.values()))
+    return {"starts": starts, "max_idle": most}
+
+
 def report(root, samples=None, since=None, until=None, bullet: str = "") -> str:
     """The stage table, then the run's span and lock share, its stalled timed calls and (with
     ``samples``) one line per sampler file; ``bullet`` starts each of those lines."""
@@ -502,7 +537,17 @@ def main(argv: list[str]) -> None:
     ap.add_argument("--page", help="write a markdown page here (atomically) instead of printing")
     ap.add_argument("--title", default="", help="the page's title (with --page)")
     ap.add_argument("--about", default="", help="the page's paragraph under the title (with --page)")
+    ap.add_argument("--idle-bounds", nargs="+", type=int, metavar="N",
+                    help="design 7: the task workers that would have started with at most N idle at once")
+    ap.add_argument("--idle-s", type=float, default=60.0, help="with --idle-bounds: the idle exit (s)")
     args = ap.parse_args(argv)
+    if args.idle_bounds:
+        rows = list(results(args.root, args.since, args.until))
+        for n in [0, *args.idle_bounds]:
+            r = replay_idle_bound(rows, n, args.idle_s)
+            print(f"at most {n or 'any number of'} idle, idle exit {args.idle_s:g} s: {r['starts']} task workers "
+                  f"started, at most {r['max_idle']} idle at once (replayed on the recorded steps)")
+        return
     if not args.page:
         print(report(args.root, args.samples, args.since, args.until))
         return
