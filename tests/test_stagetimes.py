@@ -251,3 +251,13 @@ def test_a_bound_on_idle_task_workers_replayed_on_recorded_steps():
     assert replay(rows, 1, idle_s=30) == {"starts": 5, "max_idle": 1}
     assert replay(rows, 0, idle_s=5)["starts"] == 6
     assert replay(rows[-1:], 0) == {"starts": 0, "max_idle": 0}
+
+
+def test_the_steps_allocator_peaks_in_one_line():
+    rows = [{"kind": "time", "tid": f"L3_T00{i}", "mode": "default", "protocol": "paper",
+             "gpu_memory": {"max_allocated_mib": 1.0, "max_reserved_mib": float(mib)}}
+            for i, mib in enumerate([100, 4000, 300, 2000])] + [{"kind": "check", "tid": "L1_T001"}]
+    line = stagetimes.allocator_peaks(rows, top=2)
+    assert line == ("GPU memory reserved by a step's tensors (allocator peak, 4 steps): median 2000 MiB;"
+                    " highest L3_T001 time:paper:default 4000, L3_T003 time:paper:default 2000 MiB")
+    assert stagetimes.allocator_peaks(rows[-1:]) is None

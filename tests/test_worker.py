@@ -60,6 +60,24 @@ def test_check_with_detectors_passes_honest_task(tasks, tmp_path):
     assert res["flags"] == []
     assert res["provenance"]["device"] == "cpu"
     assert res["snippet_sha256"]["custom"]
+    assert "gpu_memory" not in res  # CPU: no allocator peaks to record
+
+
+def test_a_steps_gpu_memory_is_the_allocators_peaks_in_mib():
+    """Read from the allocator's counters only where CUDA runs; never starts it."""
+    from types import SimpleNamespace
+
+    from l1bench.worker.entry import gpu_memory
+
+    calls = []
+    cuda = SimpleNamespace(is_initialized=lambda: True,
+                           max_memory_allocated=lambda d: calls.append(d) or 3 * 2**30,
+                           max_memory_reserved=lambda d: 4.5 * 2**30)
+    assert gpu_memory("cuda:1", SimpleNamespace(cuda=cuda)) == {"max_allocated_mib": 3072.0, "max_reserved_mib": 4608.0}
+    assert calls == ["cuda:1"]
+    assert gpu_memory("cpu", SimpleNamespace(cuda=cuda)) is None
+    idle = SimpleNamespace(cuda=SimpleNamespace(is_initialized=lambda: False))
+    assert gpu_memory("cuda:0", idle) is None
 
 
 def test_time_paper_and_strict(tasks, tmp_path):

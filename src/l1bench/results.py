@@ -161,8 +161,9 @@ class TaskResult:
     5, also ``lock_shared_s`` and ``phases_shared``); strict time results ``strict`` (the
     timing's summary, with ``verified`` when timed outputs were checked) and, since 2026-12-05,
     ``strict_params``; ``run`` adds ``snippet_sha256``, ``params``,
-    ``provenance``, ``timing_design`` and, where extensions failed to build,
-    ``extension_failures``) and by scripts/run_task.py (``release_fingerprint``,
+    ``provenance``, ``timing_design``, since 2026-12-05 on a GPU ``gpu_memory`` (the step's
+    allocator peaks) and, where extensions failed to build, ``extension_failures``) and by
+    scripts/run_task.py (``release_fingerprint``,
     ``workflow_code``, ``failed_attempts``; ``provenance`` of a result decided without a
     worker). Read by l1bench.aggregate (the tables), l1bench.stalls, l1bench.compare,
     l1bench.retime and l1bench.extensions.

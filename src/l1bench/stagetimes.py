@@ -457,6 +457,23 @@ def samples_summary(folder, timing_cpu: int | None = None) -> str:
     return "\n".join(out)
 
 
+def allocator_peaks(rows, top: int = 3) -> str | None:
+    """One line on the steps' own GPU memory (``gpu_memory``, results since 2026-12-05): the
+    allocator's peak per step, median and the highest ``top`` (task and step), in MiB. None
+    when no result records it."""
+    peaks = sorted(
+        ((r["gpu_memory"]["max_reserved_mib"], f"{r.get('tid')} {stage_of(r)}") for r in rows
+         if isinstance(r.get("gpu_memory"), dict) and r["gpu_memory"].get("max_reserved_mib") is not None),
+        reverse=True,
+    )
+    if not peaks:
+        return None
+    median = sorted(p for p, _ in peaks)[len(peaks) // 2]
+    highest = ", ".join(f"{name} {mib:.0f}" for mib, name in peaks[:top])
+    return (f"GPU memory reserved by a step's tensors (allocator peak, {len(peaks)} steps): median {median:.0f} MiB;"
+            f" highest {highest} MiB")
+
+
 def replay_idle_bound(rows, max_idle: int, idle_s: float = 60.0) -> dict:
     """Design 7's task workers replayed on a run's recorded steps under another idle policy:
     how many workers would have started had at most ``max_idle`` waited idle at once (0: no
@@ -508,6 +525,9 @@ def report(root, samples=None, since=None, until=None, bullet: str = "") -> str:
     workers = task_workers(rows, o["span_s"])
     if workers:
         lines.append(workers)
+    peaks = allocator_peaks(rows)
+    if peaks:
+        lines.append(peaks)
     if samples:
         lines += samples_summary(samples, timing_cpu_of(rows)).splitlines()
         for path in sorted(Path(samples).glob("gpu-*")):

@@ -118,6 +118,24 @@ def _system_isolation():
         return None
 
 
+def gpu_memory(device: str, torch_mod=None) -> dict | None:
+    """The caching allocator's peaks on ``device`` in this process since the last reset (a
+    task worker resets them before each step, :meth:`l1bench.worker.serve.TaskWorker.prepare`),
+    in MiB: what the step's tensors took at most, without the CUDA context. Host-side counters,
+    no call into the driver; None where CUDA is not running (CPU, a step that never started it)."""
+    if not device.startswith("cuda"):
+        return None
+    if torch_mod is None:
+        import torch as torch_mod
+    if not torch_mod.cuda.is_initialized():
+        return None
+    mib = 1024 * 1024
+    return {
+        "max_allocated_mib": round(torch_mod.cuda.max_memory_allocated(device) / mib, 1),
+        "max_reserved_mib": round(torch_mod.cuda.max_memory_reserved(device) / mib, 1),
+    }
+
+
 def run(job: dict) -> dict:
     t0 = time.time()
     started = provenance.now_iso()
@@ -151,6 +169,9 @@ def run(job: dict) -> dict:
     note_extension_failures(res)
     if job["kind"] in ("check", "time"):
         res["timing_design"] = timing_design(job)
+        memory = gpu_memory(job["device"])
+        if memory:
+            res["gpu_memory"] = memory
     res["snippet_sha256"] = {k: sha256_text(v) for k, v in snippets.items()}
     res["params"] = job.get("params", {})
     res["provenance"] = provenance.environment(job["device"]) | {

@@ -196,6 +196,10 @@ class TaskWorker:
             job["lock_device"] = self.lock_device
         if self.steps:
             sections.CUDA_STARTED_BEFORE = "in an earlier step of this task worker"
+            import torch
+
+            if torch.cuda.is_initialized():  # each step's result records its own peaks (entry.gpu_memory)
+                torch.cuda.reset_peak_memory_stats()
 
     def record(self, job: dict, res: dict) -> None:
         """After a step that made a result: what the result says about this worker."""
