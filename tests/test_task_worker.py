@@ -397,6 +397,10 @@ def test_idle_tokens_bound_the_workers_waiting_per_gpu(tmp_path):
     assert sorted(p.name for p in tmp_path.glob("l1bench-cpu.idle*")) == ["l1bench-cpu.idle0", "l1bench-cpu.idle1"]
     assert all(serve.IdleTokens(0).take(tmp_path, "cpu") for _ in range(5))
     b.give_back(), c.give_back()
+    blocked = tmp_path / "blocked"
+    blocked.mkdir()
+    (blocked / "l1bench-cpu.idle0").mkdir()  # cannot be opened as a file: taken, not a crash
+    assert not serve.IdleTokens(1).take(blocked, "cpu")
 
 
 def test_a_worker_that_finds_the_idle_bound_full_exits_after_its_step(tasks, tmp_path):

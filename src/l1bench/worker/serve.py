@@ -419,7 +419,10 @@ class IdleTokens:
 
         stem = _made_lock_dir(lock_dir) / f"l1bench-{lock_name(device or 'cpu')}.idle"
         for k in range(self.n):
-            fh = open(f"{stem}{k}", "a")
+            try:
+                fh = open(f"{stem}{k}", "a")
+            except OSError:  # not ours to open (another user's token file): not free
+                continue
             try:
                 fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except OSError:
