@@ -114,6 +114,18 @@ def _made_lock_dir(lock_dir) -> Path:
     return lock_dir
 
 
+def try_flock(path):
+    """The file ``path`` opened and held under an exclusive flock, or None when another holds
+    it. Closing the file lets go of the flock (so does the process's end)."""
+    fh = open(path, "a+")
+    try:
+        fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        fh.close()
+        return None
+    return fh
+
+
 def lock_name(device: str) -> str:
     """The stem of a device's lock files after ``l1bench-``: "cpu", or "gpu" and the GPU's
     physical name ("cuda:0" -> "gpu0", or "gpuGPU-<uuid>" where the driver's /proc says)."""
@@ -195,14 +207,10 @@ class DeviceLock:
         first = os.getpid() % n
         while True:
             for k in range(n):
-                fh = open(f"{self.slot_stem}{(first + k) % n}", "a+")
-                try:
-                    fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                except BlockingIOError:
-                    fh.close()
-                    continue
-                self._slot = fh
-                return
+                fh = try_flock(f"{self.slot_stem}{(first + k) % n}")
+                if fh is not None:
+                    self._slot = fh
+                    return
             if not blocking:
                 raise BlockingIOError(f"all {n} shared slots of {self.device} are held")
             time.sleep(poll_s)

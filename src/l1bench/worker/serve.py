@@ -413,23 +413,16 @@ class IdleTokens:
         the default); True when one was free or there is no bound."""
         if not self.n or self._fh is not None:
             return True
-        import fcntl
-
-        from l1bench.gpulock import _made_lock_dir, lock_name
+        from l1bench.gpulock import _made_lock_dir, lock_name, try_flock
 
         stem = _made_lock_dir(lock_dir) / f"l1bench-{lock_name(device or 'cpu')}.idle"
         for k in range(self.n):
             try:
-                fh = open(f"{stem}{k}", "a")
+                self._fh = try_flock(f"{stem}{k}")
             except OSError:  # not ours to open (another user's token file): not free
                 continue
-            try:
-                fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except OSError:
-                fh.close()
-                continue
-            self._fh = fh
-            return True
+            if self._fh is not None:
+                return True
         return False
 
     def give_back(self) -> None:
