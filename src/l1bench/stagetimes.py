@@ -307,6 +307,13 @@ def gpu_samples(lines) -> dict:
     return out
 
 
+def _span(prov: dict) -> tuple[float, float] | None:
+    """A step's (start, finish) in epoch seconds from its provenance; None where either is missing."""
+    if not (prov.get("started") and prov.get("finished")):
+        return None
+    return _when(prov["started"]).timestamp(), _when(prov["finished"]).timestamp()
+
+
 def _sample_time(text: str) -> float | None:
     """An nvidia-smi timestamp (``2026/12/05 05:21:55.996``, the node's clock: UTC) in epoch s."""
     try:
@@ -325,10 +332,9 @@ def processes_by_memory(rows, lines, idle_s: float = 60.0, top: float = 0.05) ->
     one_shot, workers = [], defaultdict(list)
     for r in rows:
         prov = r.get("provenance") or {}
-        ran = prov.get("started") and prov.get("finished") and prov.get("worker", True)
-        if r.get("kind") == "build" or not ran:
+        span = _span(prov)
+        if r.get("kind") == "build" or span is None or not prov.get("worker", True):
             continue
-        span = (_when(prov["started"]).timestamp(), _when(prov["finished"]).timestamp())
         w = prov.get("task_worker")
         if w:
             workers[(w.get("pid"), w.get("started"))].append(span)
@@ -441,10 +447,11 @@ def timing_cpu_of(rows) -> int | None:
 SAMPLERS = {"gpu-": gpu_samples, "cpus-": per_cpu_samples, "cpu-": cpu_samples}
 
 
-def samples_summary(folder, timing_cpu: int | None = None) -> str:
+def samples_summary(folder, timing_cpu: int | None = None, rows=None) -> str:
     """One line per sampler file of ``scripts/device_run.sh`` (GPU utilisation, CPU busy, the
     timing CPU's busy share: ``timing_cpu``, else the highest); other files in the folder
-    (Snakemake logs) are left out."""
+    (Snakemake logs) are left out. With the run's result ``rows``, each GPU sampler's line is
+    followed by what held the GPU's memory (:func:`processes_by_memory`), from the same read."""
     out = []
     for path in sorted(Path(folder).glob("*")):
         reader = next((f for prefix, f in SAMPLERS.items() if path.name.startswith(prefix)), None)
@@ -454,6 +461,8 @@ def samples_summary(folder, timing_cpu: int | None = None) -> str:
         summary = reader(lines, timing_cpu) if reader is per_cpu_samples else reader(lines)
         vals = ", ".join(f"{k} {v:.2f}" if isinstance(v, float) else f"{k} {v}" for k, v in summary.items())
         out.append(f"{path.name}: {vals}")
+        if rows is not None and reader is gpu_samples and (m := processes_by_memory(rows, lines)):
+            out.append(f"{path.name}: " + describe_memory(m))
     return "\n".join(out)
 
 
@@ -485,8 +494,9 @@ def replay_idle_bound(rows, max_idle: int, idle_s: float = 60.0) -> dict:
     steps = defaultdict(list)
     for r in rows:
         prov = r.get("provenance") or {}
-        if prov.get("task_worker") and prov.get("started") and prov.get("finished"):
-            steps[r.get("tid")].append((_when(prov["started"]).timestamp(), _when(prov["finished"]).timestamp()))
+        span = _span(prov)
+        if prov.get("task_worker") and span is not None:
+            steps[r.get("tid")].append(span)
     # at one instant a step's end comes before another's start (0 < 1): its worker is idle then
     events = sorted([(b, 0, tid) for tid, v in steps.items() for _, b in v]
                     + [(a, 1, tid) for tid, v in steps.items() for a, _ in v])
@@ -529,11 +539,7 @@ def report(root, samples=None, since=None, until=None, bullet: str = "") -> str:
     if peaks:
         lines.append(peaks)
     if samples:
-        lines += samples_summary(samples, timing_cpu_of(rows)).splitlines()
-        for path in sorted(Path(samples).glob("gpu-*")):
-            m = processes_by_memory(rows, path.read_text(errors="replace").splitlines())
-            if m:
-                lines.append(f"{path.name}: " + describe_memory(m))
+        lines += samples_summary(samples, timing_cpu_of(rows), rows).splitlines()
     by_phase = lock_by_phase(rows)
     steps = "\n\nGPU lock by step (results that record it):\n\n" + phase_table(by_phase) if by_phase else ""
     profile = lock_profile(rows)
