@@ -10,7 +10,8 @@
 #   e.g.   scripts/device_run.sh 540 "$OUT" --config device=h100 release_dir=.release
 # While it runs, GPU utilisation/clocks and CPU load are sampled once a second into
 # logs/samples/, so a run's idle GPU time and CPU saturation can be read afterwards
-# (python3 -m l1bench stagetimes results/<device> --samples logs/samples).
+# (python3 -m l1bench stagetimes results/<device> --samples logs/samples). OUT_DIR/tree names
+# the results tree the call wrote.
 set -uo pipefail
 budget=${1:?usage: scripts/device_run.sh BUDGET_S OUT_DIR [snakemake args...]}
 out=${2:?usage: scripts/device_run.sh BUDGET_S OUT_DIR [snakemake args...]}
@@ -106,5 +107,6 @@ res=results dev=
 for a in "$@"; do case $a in results_dir=*) res=${a#results_dir=} ;; device=*) dev=${a#device=} ;; esac; done
 tree=${dev:+$res/$dev}
 tree=${tree:-$(ls -td "$res"/*/ 2>/dev/null | head -1)}
+[ -n "$tree" ] && echo "${tree%/}" >"$out/tree"  # for the caller (scripts/repeat_runs.sh)
 [ -n "$tree" ] && python3 -m l1bench stagetimes "${tree%/}" --since "$(date -u -d "@$start" +%Y-%m-%dT%H:%M:%S)" \
     --samples logs/samples || true

@@ -54,8 +54,6 @@ fi
 for a in "${args[@]}"; do
     case $a in results_dir=*) echo "repeat_runs.sh: results_dir= is set per run (results/$name-LABEL); leave it out" >&2; exit 2 ;; esac
 done
-device=
-for a in "${args[@]}"; do case $a in device=*) device=${a#device=} ;; esac; done
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 mkdir -p "$out"
 use_package() {  # the l1bench package for this shell: device_run.sh's install, else install it
@@ -68,16 +66,11 @@ use_package() {  # the l1bench package for this shell: device_run.sh's install, 
     fi
     L1_TAKEN=1
 }
-tree_of() {  # results/NAME-LABEL/<device>: device= from the arguments, else the newest folder
-    local res=results/$name-$1
-    if [ -n "$device" ]; then echo "$res/$device"; else ls -td "$res"/*/ 2>/dev/null | head -1 | sed 's:/$::'; fi
-}
 first= first_tree=
 for run in "${runs[@]}"; do
     IFS=: read -r label budget serial <<<"$run"
     if [ -n "$first" ]; then
-        this_tree=$(tree_of "$label")
-        [ -n "$this_tree" ] || this_tree=results/$name-$label/$(basename "$first_tree")
+        this_tree=results/$name-$label/$(basename "$first_tree")  # the same device folder
         # The package is on PYTHONPATH only inside device_run.sh's own shell: here too.
         use_package
         python3 -m l1bench retime prepare "$first_tree" "$this_tree" --stages build --ext-from "$first_tree"
@@ -89,7 +82,7 @@ for run in "${runs[@]}"; do
         bash "$here/device_run.sh" "$budget" "$out/$label" "${args[@]}" "results_dir=results/$name-$label"
     fi
     if [ -z "$first" ]; then
-        first=$label first_tree=$(tree_of "$label")
+        first=$label first_tree=$(cat "$out/$label/tree" 2>/dev/null)  # what device_run.sh wrote
         [ -n "$first_tree" ] || { echo "repeat_runs.sh: run $label wrote no results tree under results/$name-$label" >&2; exit 1; }
     fi
 done
@@ -97,6 +90,7 @@ use_package
 for run in "${runs[@]:1}"; do
     label=${run%%:*}
     report="$out/SPREAD-$first-$label.md"
-    python3 -m l1bench compare repeat "$first_tree" "$(tree_of "$label")" --targets --out "$report" &&
+    python3 -m l1bench compare repeat "$first_tree" "results/$name-$label/$(basename "$first_tree")" --targets \
+        --out "$report" &&
         sed -n '5,8p' "$report" | sed "s/^/$first vs $label: /"
 done

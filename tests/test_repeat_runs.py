@@ -29,6 +29,7 @@ score=1.1; case $res in *-c1) score=1.0 ;; esac
 echo "{\"status\": \"ok\", \"score\": $score, \"trial_scores\": [$score], \"params\": {\"outer_trials\": 1}}" \
     >"$tree/time/paper/default/L1_T001.json"
 printf '%s\n' "budget=$budget" "prepared=$prepared" "ext=$ext" "gpu_jobs=${GPU_JOBS:-}" "$@" >"$out/call.txt"
+echo "$tree" >"$out/tree"  # as device_run.sh names the tree it wrote
 """
 
 
