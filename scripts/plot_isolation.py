@@ -33,7 +33,9 @@ def main(out: Path = ROOT / "results/isolation/figures/isolation.png") -> Path:
     import matplotlib.pyplot as plt
 
     bench = json.loads(BENCH.read_text())["phases"]
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(14, 4.6), gridspec_kw={"width_ratios": [1.2, 1.2]})
+    # the right panel widens with its bars (about 1 inch each), so their labels keep apart
+    right = max(7.0, 1.05 * len(RUNS))
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(7 + right, 4.6), gridspec_kw={"width_ratios": [7, right]})
     names = [p["activity"].replace(" (system isolated)", "\n(isolated)") for p in bench]
     med = [p["alloc"]["median_ms"] for p in bench]
     p99 = [p["alloc"]["p99_ms"] for p in bench]

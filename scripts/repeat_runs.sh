@@ -92,5 +92,6 @@ for run in "${runs[@]:1}"; do
     report="$out/SPREAD-$first-$label.md"
     python3 -m l1bench compare repeat "$first_tree" "results/$name-$label/$(basename "$first_tree")" --targets \
         --out "$report" &&
-        sed -n '5,8p' "$report" | sed "s/^/$first vs $label: /"
+        grep -E '^\* (measured on|all [0-9]+:|within ±|timed calls stalled|issue #13)' "$report" |
+        sed "s/^/$first vs $label: /"
 done

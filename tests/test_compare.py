@@ -152,3 +152,32 @@ def test_the_targets_line_is_opt_in(tmp_path, capsys):
     assert compare.main(["repeat", str(a), str(b), "--targets"]) == 0
     out = capsys.readouterr().out.splitlines()
     assert out[7].startswith("* issue #13's targets") and out[7].endswith("**all met**")
+
+
+def test_each_run_says_its_gpu_and_design_and_targets_are_not_judged_across_gpus(tmp_path, capsys):
+    """Two trees timed on different GPU models: the page says so, and issue #13's targets
+    (two runs on one GPU) are not judged, however close the scores."""
+    a, b, c = tmp_path / "a", tmp_path / "b", tmp_path / "c"
+    h200 = {"provenance": {"gpu": "NVIDIA H200"}, "timing_design": 4}
+    h100 = {"provenance": {"gpu": "NVIDIA H100 80GB HBM3"}, "timing_design": 7}
+    _write_time(a, "L1_T001", 1.0, **h200)
+    _write_time(b, "L1_T001", 1.0, **h100)
+    _write_time(c, "L1_T001", 1.0, **h200)
+    rr = compare.run_to_run(a, b)
+    assert rr["machines"] == [{"gpus": ["NVIDIA H200"], "designs": [4]},
+                              {"gpus": ["NVIDIA H100 80GB HBM3"], "designs": [7]}]
+    assert compare.same_gpu(rr) is False
+    assert [ok for *_, ok in compare.targets(rr)] == [False, False, False]
+    assert compare.main(["repeat", str(a), str(b), "--targets"]) == 0
+    out = capsys.readouterr().out
+    assert ("* measured on: first NVIDIA H200, timing design 4; second NVIDIA H100 80GB HBM3, timing design 7 "
+            "(**different GPUs**") in out
+    assert "targets for two runs: **not judged** (the runs timed on different GPUs)" in out
+    # the same GPU model: judged as before, and no warning
+    assert compare.main(["repeat", str(a), str(c), "--targets"]) == 0
+    out = capsys.readouterr().out
+    assert "first NVIDIA H200, timing design 4; second NVIDIA H200, timing design 4\n" in out
+    assert "**all met**" in out and "different GPUs" not in out
+    # results without provenance say nothing, and are judged
+    rr = compare.run_to_run(tmp_path / "x", tmp_path / "y")
+    assert compare.same_gpu(rr) is None and compare.render_machines(rr) is None

@@ -185,6 +185,7 @@ def run_to_run(first_root, second_root, mode: str = "default", protocol: str = "
     clean = [r["rel_diff_without_stalls"] for r in rows]
     rates = [stalls.per_1000(stalls.stall_rate(res.values())) for res in (a, b)]
     return {
+        "machines": [machine_of(res.values()) for res in (a, b)],
         "tol": tol,
         "within": sum(d <= tol for d in diffs),
         "stalled_per_1000": rates,
@@ -201,6 +202,44 @@ def run_to_run(first_root, second_root, mode: str = "default", protocol: str = "
         "max_full": max(full) if full else None,
         "call_times": call_time_ratios(a, b),
     }
+
+
+def machine_of(results) -> dict:
+    """What measured a run's results, from their provenance: the GPU names and the timing
+    designs, each as a sorted list of the values found (results without one say nothing)."""
+    gpus, designs = set(), set()
+    for res in results:
+        gpu = (res.get("provenance") or {}).get("gpu")
+        if gpu:
+            gpus.add(str(gpu))
+        if res.get("timing_design") is not None:
+            designs.add(res["timing_design"])
+    return {"gpus": sorted(gpus), "designs": sorted(designs, key=str)}
+
+
+def same_gpu(rr: dict) -> bool | None:
+    """Did both runs time on the same GPU model? None when a run's results do not say."""
+    machines = rr.get("machines") or []
+    if len(machines) != 2 or not all(m["gpus"] for m in machines):
+        return None
+    return machines[0]["gpus"] == machines[1]["gpus"] and len(machines[0]["gpus"]) == 1
+
+
+def render_machines(rr: dict) -> str | None:
+    """One line: each run's GPU and timing design; a warning when the GPUs differ (the spread
+    then holds the GPUs' difference, not only the runs')."""
+    machines = rr.get("machines") or []
+    if len(machines) != 2 or not any(m["gpus"] or m["designs"] for m in machines):
+        return None
+
+    def one(m):
+        gpu = " + ".join(m["gpus"]) or "GPU not recorded"
+        return gpu + (f", timing design {'/'.join(map(str, m['designs']))}" if m["designs"] else "")
+
+    line = f"* measured on: first {one(machines[0])}; second {one(machines[1])}"
+    if same_gpu(rr) is False:
+        line += " (**different GPUs**: the differences below hold the GPUs' difference, not only the runs')"
+    return line
 
 
 def _call_times(trials) -> tuple[float, float] | None:
@@ -236,11 +275,16 @@ def call_time_ratios(a: dict[str, dict], b: dict[str, dict]) -> dict:
 #: 5 %, at least 90 % of the tasks within ±15 %, at most 0.5 stalled timed calls per 1000 in
 #: each run.
 TARGET_MEDIAN, TARGET_WITHIN_SHARE, TARGET_STALLED_PER_1000 = 0.05, 0.90, 0.5
+TARGET_NAMES = (f"median ≤ {100 * TARGET_MEDIAN:.0f} %", f"≥ {100 * TARGET_WITHIN_SHARE:.0f} % within ±15 %",
+                f"stalled ≤ {TARGET_STALLED_PER_1000} per 1000 in each run")
 
 
 def targets(rr: dict) -> list[tuple[str, str, bool]]:
     """Issue #13's targets against a :func:`run_to_run` result: (target, measured, met) each.
-    No task in both runs meets none."""
+    No task in both runs meets none. The targets are for two runs on one GPU model: where the
+    results say the GPUs differ, none is met (their spread holds the GPUs' difference)."""
+    if same_gpu(rr) is False:
+        return [(name, "different GPUs", False) for name in TARGET_NAMES]
     n, within = rr["n"], rr.get("within", 0)
     rates = rr.get("stalled_per_1000") or [0.0, 0.0]
     tol = 100 * rr.get("tol", AGREEMENT)
@@ -260,6 +304,8 @@ def render_targets(rr: dict) -> str:
     checks = targets(rr)
     parts = "; ".join(f"{name}: {'met' if ok else 'NOT met'} ({value})" for name, value, ok in checks)
     verdict = "all met" if all(ok for *_, ok in checks) else "not all met"
+    if same_gpu(rr) is False:
+        return "* issue #13's targets for two runs: **not judged** (the runs timed on different GPUs)"
     return f"* issue #13's targets for two runs: {parts}; **{verdict}**"
 
 
@@ -282,6 +328,9 @@ def render_run_to_run(rr: dict, first_label: str, second_label: str, with_target
     ]
     if with_targets:
         lines.insert(7, render_targets(rr))
+    machines = render_machines(rr)
+    if machines:
+        lines.insert(4, machines)
     ct = rr.get("call_times")
     if ct and ct["ref_steady"]["n"]:
         x = lambda k: NA if ct[k]["median"] is None else f"{ct[k]['median']:.3f}×"  # noqa: E731
