@@ -2,6 +2,8 @@
 
 import json
 
+import pytest
+
 from l1bench import stagetimes
 
 
@@ -261,3 +263,36 @@ def test_the_steps_allocator_peaks_in_one_line():
     assert line == ("GPU memory reserved by a step's tensors (allocator peak, 4 steps): median 2000 MiB;"
                     " highest L3_T001 time:paper:default 4000, L3_T003 time:paper:default 2000 MiB")
     assert stagetimes.allocator_peaks(rows[-1:]) is None
+
+
+def test_stalls_by_the_other_cpus_load_and_their_causes(tmp_path):
+    """Each paper time result's stalled calls go to the bucket of the other CPUs' mean busy share
+    over its span (the timing CPU left out); causes are summed from host_timing."""
+    # cpu0 (other) busy 10 % in seconds 1-2, then 90 % in 2-4; cpu1 is the timing CPU (highest)
+    lines = []
+    cum0, cum1 = [0, 0, 0, 0, 0, 0, 0], [0, 0, 0, 0, 0, 0, 0]
+    for t, busy0 in zip(range(1, 5), (None, 10, 90, 90), strict=True):
+        if busy0 is not None:
+            cum0 = [cum0[0] + busy0, 0, 0, cum0[3] + 100 - busy0, 0, 0, 0]
+            cum1 = [cum1[0] + 100, 0, 0, cum1[3], 0, 0, 0]
+        lines += [f"{t} cpu0 " + " ".join(map(str, cum0)), f"{t} cpu1 " + " ".join(map(str, cum1))]
+    busy = stagetimes.others_busy_by_second(lines)
+    assert busy == pytest.approx({2: 0.1, 3: 0.9, 4: 0.9})
+
+    def res(start, end, ref_ms, causes=None):
+        return {"kind": "time", "protocol": "paper", "ref_ms": ref_ms, "custom_ms": [[1.0] * 5],
+                "provenance": {"started": f"1970-01-01T00:00:0{start}+00:00",
+                               "finished": f"1970-01-01T00:00:0{end}+00:00"},
+                "host_timing": {"stall_causes": causes or {}}}
+
+    quiet = res(1, 1, [[1.0] * 4 + [9.0]], {"host_slow": 1})  # one stalled call while the others idled
+    loaded = res(3, 3, [[1.0] * 5], {})
+    rows = [quiet, loaded, res(8, 8, [[1.0] * 5]), {"kind": "check"}]  # no samples in 8-9: left out
+    buckets = stagetimes.stalls_by_load(rows, busy)
+    assert [(b["lo"], b["steps"], b["stalled_calls"], b["timed_calls"]) for b in buckets] == \
+        [(0.0, 1, 1, 10), (0.75, 1, 0, 10)]
+    line = stagetimes.describe_stalls_by_load(buckets)
+    assert "0–25 %: 1 of 10 (100.0 per 1000, 1 steps)" in line and "75–100 %: 0 of 10" in line
+    assert stagetimes.stall_causes(rows + [res(1, 1, [[1.0]], {"host_slow": 2, "gpu": 1})]) == \
+        {"host_slow": 3, "gpu": 1}
+    assert stagetimes.describe_stalls_by_load([]) is None

@@ -434,6 +434,78 @@ def per_cpu_samples(lines, timing_cpu: int | None = None) -> dict:
     }
 
 
+def others_busy_by_second(lines, timing_cpu: int | None = None) -> dict[int, float]:
+    """The other CPUs' mean busy share in each sampled second (the cpus-* sampler's epoch of the
+    second's end -> share), the timing CPU left out as in :func:`per_cpu_samples`."""
+    per: dict[str, dict[int, tuple[int, int, int]]] = {}
+    for parts in map(str.split, lines):
+        if len(parts) > 6 and parts[1].startswith("cpu") and parts[1][3:].isdigit() and parts[0].isdigit():
+            per.setdefault(parts[1], {})[int(parts[0])] = _stat_row(parts)
+    if not per:
+        return {}
+    timing = f"cpu{timing_cpu}" if f"cpu{timing_cpu}" in per else max(per, key=lambda name: int(name[3:]))
+    out: dict[int, float] = {}
+    for second in sorted({t for name, rows in per.items() if name != timing for t in rows}):
+        shares = []
+        for name, rows in per.items():
+            r0, r1 = rows.get(second - 1), rows.get(second)
+            if name != timing and r0 and r1 and r1[0] > r0[0]:
+                shares.append(1 - (r1[1] - r0[1]) / (r1[0] - r0[0]))
+        if shares:
+            out[second] = sum(shares) / len(shares)
+    return out
+
+
+#: Buckets of :func:`stalls_by_load`: the other CPUs' mean busy share during a step.
+LOAD_BUCKETS = ((0.0, 0.25), (0.25, 0.5), (0.5, 0.75), (0.75, 1.01))
+
+
+def stalls_by_load(rows, busy: dict[int, float]) -> list[dict]:
+    """Stalled timed calls of the paper-protocol time results (:mod:`l1bench.stalls`), bucketed by
+    how busy the other CPUs were during the step (mean of :func:`others_busy_by_second` over its
+    provenance span): does the run's own load stretch its timed calls, or do stalls come at any
+    load (the host's)? Steps without samples in their span are left out."""
+    counts = [{"lo": lo, "hi": min(hi, 1.0), "timed_calls": 0, "stalled_calls": 0, "steps": 0}
+              for lo, hi in LOAD_BUCKETS]
+    for res in rows:
+        if res.get("kind") != "time" or res.get("protocol", "paper") != "paper" or not res.get("ref_ms"):
+            continue
+        span = _span(res.get("provenance") or {})
+        info = stalls.rescore(res["ref_ms"], res.get("custom_ms") or [])
+        if span is None or info is None:
+            continue
+        shares = [busy[t] for t in range(int(span[0]), int(span[1]) + 2) if t in busy]
+        if not shares:
+            continue
+        load = sum(shares) / len(shares)
+        bucket = next(b for b, (lo, hi) in zip(counts, LOAD_BUCKETS, strict=True) if lo <= load < hi)
+        bucket["steps"] += 1
+        bucket["timed_calls"] += sum(map(len, res["ref_ms"])) + sum(map(len, res.get("custom_ms") or []))
+        bucket["stalled_calls"] += info["stalled_calls"]
+    return [b for b in counts if b["steps"]]
+
+
+def describe_stalls_by_load(buckets: list[dict]) -> str | None:
+    if not buckets:
+        return None
+    parts = [
+        f"{100 * b['lo']:.0f}–{100 * b['hi']:.0f} %: {b['stalled_calls']} of {b['timed_calls']} "
+        f"({1000 * b['stalled_calls'] / b['timed_calls']:.1f} per 1000, {b['steps']} steps)"
+        for b in buckets if b["timed_calls"]
+    ]
+    return "timed calls stalled, by the other CPUs' busy share during the step: " + "; ".join(parts)
+
+
+def stall_causes(rows) -> Counter:
+    """Why the paper results' stalled calls were stretched (``host_timing.stall_causes``, from
+    :func:`l1bench.hostclock.stall_cause`): preempted, host_lost, host_slow, gpu."""
+    causes: Counter = Counter()
+    for res in rows:
+        if res.get("kind") == "time" and res.get("protocol", "paper") == "paper":
+            causes.update((res.get("host_timing") or {}).get("stall_causes") or {})
+    return causes
+
+
 def timing_cpu_of(rows) -> int | None:
     """The timing CPU most of the results' workers ran their GPU sections on (provenance
     ``timing_cpu``); None when none records one."""
@@ -463,6 +535,10 @@ def samples_summary(folder, timing_cpu: int | None = None, rows=None) -> str:
         out.append(f"{path.name}: {vals}")
         if rows is not None and reader is gpu_samples and (m := processes_by_memory(rows, lines)):
             out.append(f"{path.name}: " + describe_memory(m))
+        if rows is not None and reader is per_cpu_samples:
+            by_load = describe_stalls_by_load(stalls_by_load(rows, others_busy_by_second(lines, timing_cpu)))
+            if by_load:
+                out.append(f"{path.name}: " + by_load)
     return "\n".join(out)
 
 
@@ -530,6 +606,10 @@ def report(root, samples=None, since=None, until=None, bullet: str = "") -> str:
         f"({100 * o['lock_share']:.0f} % of it)",
         stalls.describe_rate(stalls.stall_rate(r for r in rows if r["kind"] == "time")),
     ]
+    causes = stall_causes(rows)
+    if causes:
+        lines[-1] += " (the host clock's causes of the stalled calls it saw, retimed pairs' included: " + ", ".join(
+            f"{name} {n}" for name, n in causes.most_common()) + ")"
     if not (since or until):  # a window holds one call of a chunked run, not the selection
         lines.insert(1, describe_missing(*missing_time_results(rows)))
     workers = task_workers(rows, o["span_s"])
