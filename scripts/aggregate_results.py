@@ -35,7 +35,7 @@ def main(smk):
     log = logging.getLogger("aggregate")
 
     from l1bench import aggregate as agg
-    from l1bench import extensions, freshness
+    from l1bench import codescan, extensions, freshness
     from l1bench.io import atomic_path, atomic_write_text
 
     device = smk.params.device
@@ -47,6 +47,7 @@ def main(smk):
     df = agg.add_ceiling_flags(agg.load_results(meta, check, time), smk.params.get("ceiling"))
     for scan in _as_list(smk.input.get("scan")):
         df = agg.add_scan_flags(df, json.loads(Path(scan).read_text()))
+    df = agg.add_code_flags(df, codescan.scan_tasks(meta))  # the custom snippets beside meta.json
     for note in _as_list(smk.input.get("extension_failures")):
         df = agg.add_extension_flags(df, json.loads(Path(note).read_text()))
     for note in _as_list(smk.input.get("withdrawn_flags")):

@@ -136,6 +136,9 @@ class Flag(_StrEnum):
     #: the worker from the failed builds it saw, l1bench.worker.note_extension_failures; in the
     #: tables also from extension_failures.json, aggregate.add_extension_flags).
     EXTENSION_BUILD_FAILED = "EXTENSION_BUILD_FAILED"
+    #: (tables only) the custom code times itself (CUDA events, host clocks) and may pick its code
+    #: path from it: its verdict and score can differ between runs (l1bench.codescan).
+    SELF_TIMED = "SELF_TIMED"
     #: (paper protocol, tables only) timed calls stalled by the host change the score (l1bench.stalls).
     TIMING_OUTLIER = "TIMING_OUTLIER"
 

@@ -17,7 +17,7 @@ Layers, in pipeline order; each submodule imports only from the ones above it:
 * :mod:`.conventions` — vocabulary: columns, status groups, mode labels, mode/protocol order, ``NA``,
   statistic rows, the missing-score convention (``MISSING_AS_ONE``).
 * :mod:`.load` — the JSON result files into one tidy table (``load_results``).
-* :mod:`.annotate` — flags added by the tables (ceiling, reference scan, extension failures) or withdrawn.
+* :mod:`.annotate` — flags added by the tables (ceiling, reference scan, code scan, extension failures) or withdrawn.
 * :mod:`.stats` — summary statistics, status counts, ratios, flag counts, stall sensitivity, timing designs.
 * :mod:`.markdown` — formatting and the ``summary.md`` / ``per_task.md`` pages.
 * :mod:`.report` — the device README (findings, provenance) and ``relpath``.
@@ -27,7 +27,7 @@ This module re-exports the names used outside the package (``scripts/aggregate_r
 the tests); other code imports from the submodule that defines a name.
 """
 
-from .annotate import add_ceiling_flags, add_extension_flags, add_scan_flags, withdraw_flags
+from .annotate import add_ceiling_flags, add_code_flags, add_extension_flags, add_scan_flags, withdraw_flags
 from .conventions import MISSING_AS_ONE, STAT_ROWS
 from .figures import plot_measured_vs_published, plot_ratio_hist
 from .load import load_results
@@ -39,6 +39,7 @@ __all__ = [
     "MISSING_AS_ONE",
     "STAT_ROWS",
     "add_ceiling_flags",
+    "add_code_flags",
     "add_extension_flags",
     "add_scan_flags",
     "load_results",

@@ -50,6 +50,16 @@ def withdraw_flags(df: pd.DataFrame, withdrawn: dict) -> pd.DataFrame:
     return df
 
 
+def add_code_flags(df: pd.DataFrame, scan: dict) -> pd.DataFrame:
+    """SELF_TIMED on every row (with code) of a task whose custom code times itself
+    (``{tid: {"self_timed": [...]}}``, :func:`l1bench.codescan.scan_tasks`)."""
+    tids = {tid for tid, found in (scan or {}).items() if found.get("self_timed")}
+    if df.empty or not tids:
+        return df
+    rows = df["tid"].isin(tids) & (df["status"] != Status.NO_CODE) & (df["status"] != MISSING)
+    return _append_flag(df, rows, Flag.SELF_TIMED)
+
+
 def add_scan_flags(df: pd.DataFrame, scan: dict) -> pd.DataFrame:
     """DEGENERATE_TASK on every row of a task whose reference output is constant or zero."""
     bad = {tid for tid, r in scan.items() if r.get("verdict") in ("zero", "constant")}

@@ -32,6 +32,7 @@ ALL_FLAGS = (
     Flag.L2_RESIDENT,
     Flag.TIMED_OUTPUT_MISMATCH,
     Flag.EXTENSION_BUILD_FAILED,
+    Flag.SELF_TIMED,
 )
 
 #: Defaults of the ``cfg`` keys read by :func:`run_detectors`.
