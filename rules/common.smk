@@ -18,6 +18,7 @@ NOT_INSTALLED = (
 try:
     from l1bench import release as rel
     from l1bench import archive, fetch, freshness, lifeline, plan, preflight, recovery
+    from l1bench.runner import compile_threads
     from l1bench.io import logs_dir
     from l1bench.results import AGREEMENT
 except ModuleNotFoundError as err:
@@ -70,6 +71,17 @@ def check_release_dir():
 
 
 check_release_dir()
+
+
+def check_compile_threads():
+    """A bad L1BENCH_COMPILE_THREADS stops the run (one line), before any job reads it."""
+    try:
+        compile_threads()
+    except ValueError as err:
+        raise WorkflowError(str(err)) from None
+
+
+check_compile_threads()
 
 
 def release_root():

@@ -94,3 +94,13 @@ def test_a_stopped_job_is_not_an_attempt(work, monkeypatch):
     assert not Path(smk.output[0]).exists()
     assert not (work / "results/demo/attempts/check/L1_T005.json").exists()
     assert "not an attempt" in Path(smk.log[0]).read_text()
+
+
+def test_compile_threads_default_one_and_a_bad_value_named():
+    from l1bench import runner
+
+    assert runner.compile_threads({}) == 1
+    assert runner.compile_threads({runner.COMPILE_THREADS_ENV: " 3 "}) == 3
+    for bad in ("0", "two", "-1", "1.5"):
+        with pytest.raises(ValueError, match=f"{runner.COMPILE_THREADS_ENV}='{bad}': expected a whole number"):
+            runner.compile_threads({runner.COMPILE_THREADS_ENV: bad})
