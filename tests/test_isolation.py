@@ -468,3 +468,21 @@ def test_a_phase_records_the_lock_time_it_held_not_the_pauses_in_it(tmp_path):
     assert stats["phases"]["step"] >= 0.3
     assert 0.1 <= stats["phases_locked"]["step"] < 0.25
     assert stats["phases_locked"]["outside"] == 0.0 and stats["phases"]["outside"] >= 0.02
+
+
+def test_a_long_launch_on_a_device_bound_side_is_the_driver_blocking():
+    """Usual launches return in 0.2 ms of a 5 ms call (device-bound): a call whose launch took the
+    whole 20 ms waited in the driver; on a launch-bound side (launch ≈ event) it stays host_slow."""
+    long = delta(20_000, 19_990, 0)
+    assert hostclock.stall_cause(15.0, long, usual_launch_ns=200_000, usual_event_ms=5.0) == "driver_blocked"
+    assert hostclock.stall_cause(15.0, long, usual_launch_ns=4_900_000, usual_event_ms=5.0) == "host_slow"
+    assert hostclock.stall_cause(15.0, long) == "host_slow"  # nothing known of the usual launch
+    ledger = hostclock.Ledger()
+    for i in range(20):
+        ledger.record(delta(200, 199, 0), 0, i, "ref", 5.0)  # device-bound
+        ledger.record(delta(4900, 4890, 0), 0, i, "custom", 5.0)  # launch-bound
+    ledger.record(long, 0, 20, "ref", 20.0)
+    ledger.record(long, 0, 20, "custom", 20.0)
+    summary = ledger.summary()
+    assert summary["stall_causes"] == {"driver_blocked": 1, "host_slow": 1}
+    assert summary["launch_median_us"] == {"ref": 200, "custom": 4900}
