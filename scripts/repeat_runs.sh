@@ -15,7 +15,10 @@
 # runs one GPU job at a time (GPU_JOBS=1: the one-at-a-time reference run). results_dir= is
 # appended to the arguments' --config (added where they have none), so they must not end in an
 # option that takes values of its own after --config. Environment: as device_run.sh (DRAIN_S,
-# L1BENCH_ISOLATE_SYSTEM, ...), plus WHEELHOUSE (default .whl).
+# L1BENCH_ISOLATE_SYSTEM, ...), plus WHEELHOUSE (default .whl), and FIRST_TREE: the first run's
+# tree from an earlier call (e.g. results/d7-c1/h100, its results.tgz extracted into the working
+# tree, its build/ext still on this machine): then every run named here reuses its builds and is
+# compared with it (a later call's one-job-at-a-time run, when one call cannot hold all three).
 set -uo pipefail
 usage="usage: scripts/repeat_runs.sh OUT NAME LABEL:BUDGET_S[:serial]... -- SNAKEMAKE_ARGS..."
 out=${1:?$usage}
@@ -67,6 +70,21 @@ use_package() {  # the l1bench package for this shell: device_run.sh's install, 
     L1_TAKEN=1
 }
 first= first_tree=
+spread_runs=("${runs[@]:1}")
+if [ -n "${FIRST_TREE:-}" ]; then  # the first run is an earlier call's: every run named here follows it
+    first_tree=${FIRST_TREE%/}
+    if ! [ -d "$first_tree/build" ]; then
+        echo "repeat_runs.sh: FIRST_TREE=$first_tree has no build/ folder (extract the earlier call's results.tgz into the working tree first)" >&2
+        exit 2
+    fi
+    if ! [ -d "$first_tree/build/ext" ]; then
+        echo "repeat_runs.sh: FIRST_TREE=$first_tree has no built extensions (build/ext/): they stay only on the machine that built them; on a fresh machine run the first run again" >&2
+        exit 2
+    fi
+    first=$(basename "$(dirname "$first_tree")")
+    first=${first#"$name"-}
+    spread_runs=("${runs[@]}")
+fi
 for run in "${runs[@]}"; do
     IFS=: read -r label budget serial <<<"$run"
     if [ -n "$first" ]; then
@@ -87,7 +105,7 @@ for run in "${runs[@]}"; do
     fi
 done
 use_package
-for run in "${runs[@]:1}"; do
+for run in "${spread_runs[@]}"; do
     label=${run%%:*}
     report="$out/SPREAD-$first-$label.md"
     python3 -m l1bench compare repeat "$first_tree" "results/$name-$label/$(basename "$first_tree")" --targets \

@@ -89,3 +89,23 @@ def test_bad_arguments_stop_before_any_run_in_one_line(tmp_path, argv, message):
     proc, repo = repeat_runs(tmp_path, "out", "x", *argv)
     assert proc.returncode == 2 and message in proc.stderr and proc.stderr.count("\n") == 1, proc.stderr
     assert not (repo / "out").exists()
+
+
+def test_a_later_call_follows_an_earlier_calls_first_run(tmp_path):
+    """FIRST_TREE: the first run came from an earlier call; the one named now reuses its builds
+    and is compared with it. Without the earlier tree's extensions it stops in one line."""
+    proc, repo = repeat_runs(tmp_path, "out", "d7", "c1:305", "--", "--config", "device=h100")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    env = dict(os.environ, PATH=f"{tmp_path / 'bin'}{os.pathsep}{os.environ['PATH']}", FIRST_TREE="results/d7-c1/h100/")
+    proc = subprocess.run(["bash", "scripts/repeat_runs.sh", "out2", "d7", "s1:400:serial", "--", "--config",
+                           "device=h100"], cwd=repo, env=env, capture_output=True, text=True, timeout=120, check=False)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert (repo / "out2" / "s1" / "call.txt").read_text().splitlines()[:4] == \
+        ["budget=400", "prepared=yes", "ext=yes", "gpu_jobs=1"]
+    assert "c1 vs s1: * all 1: median **10.0 %**" in proc.stdout
+    assert (repo / "out2" / "SPREAD-c1-s1.md").exists()
+    shutil.rmtree(repo / "results/d7-c1/h100/build/ext")
+    proc = subprocess.run(["bash", "scripts/repeat_runs.sh", "out3", "d7", "s2:400", "--", "--config", "device=h100"],
+                          cwd=repo, env=env, capture_output=True, text=True, timeout=120, check=False)
+    assert proc.returncode == 2 and "has no built extensions (build/ext/)" in proc.stderr
+    assert not (repo / "out3" / "s2").exists()
