@@ -50,6 +50,8 @@ def main(smk):
     df = agg.add_code_flags(df, codescan.scan_tasks(meta))  # the custom snippets beside meta.json
     for note in _as_list(smk.input.get("extension_failures")):
         df = agg.add_extension_flags(df, json.loads(Path(note).read_text()))
+    for note in _as_list(smk.input.get("run_spread")):
+        df = agg.add_spread_flags(df, json.loads(Path(note).read_text()))
     for note in _as_list(smk.input.get("withdrawn_flags")):
         df = agg.withdraw_flags(df, json.loads(Path(note).read_text()))
     if len(df) and "device" in df:

@@ -181,3 +181,33 @@ def test_each_run_says_its_gpu_and_design_and_targets_are_not_judged_across_gpus
     # results without provenance say nothing, and are judged
     rr = compare.run_to_run(tmp_path / "x", tmp_path / "y")
     assert compare.same_gpu(rr) is None and compare.render_machines(rr) is None
+
+
+def test_spreads_count_per_task_how_often_its_score_moved(tmp_path, capsys):
+    """Three pairs: L1_T001 moves 20 % in two of them, L1_T002 in none; a pair across GPUs is
+    refused; the JSON note flags only tasks over the tolerance in two pairs (tables)."""
+    trees = {name: tmp_path / name for name in ("a", "b", "c", "d", "x")}
+    for name, (s1, s2) in {"a": (1.0, 2.0), "b": (1.2, 2.02), "c": (1.0, 2.0), "d": (1.0, 2.0),
+                           "x": (1.0, 2.0)}.items():
+        gpu = {"provenance": {"gpu": "NVIDIA H100 80GB HBM3" if name == "x" else "NVIDIA H200"}}
+        _write_time(trees[name], "L1_T001", s1, **gpu)
+        _write_time(trees[name], "L1_T002", s2, **gpu)
+    _write_time(trees["d"], "L1_T001", 1.2, provenance={"gpu": "NVIDIA H200"})
+    note = compare.spread_list([(trees["a"], trees["b"]), (trees["a"], trees["c"]), (trees["c"], trees["d"])])
+    assert note["tasks"] == {"L1_T001": {"pairs": 3, "over": 2, "max_rel_diff": 0.2},
+                             "L1_T002": {"pairs": 3, "over": 0, "max_rel_diff": 0.01}}
+    with pytest.raises(ValueError, match="different GPUs"):
+        compare.spread_list([(trees["a"], trees["x"])])
+    assert compare.main(["spreads", str(trees["a"]), str(trees["b"]), str(trees["a"])]) == 2
+    assert "pairs are needed" in capsys.readouterr().err
+    assert compare.main(["spreads", str(trees["a"]), str(trees["b"])]) == 0
+    assert json.loads(capsys.readouterr().out)["tasks"]["L1_T001"]["over"] == 1
+    from l1bench import aggregate as agg
+    df = pd.DataFrame([
+        {"tid": "L1_T001", "mode": "default", "protocol": "paper", "status": "ok", "flags": ""},
+        {"tid": "L1_T001", "mode": "default", "protocol": "strict", "status": "ok", "flags": ""},
+        {"tid": "L1_T001", "mode": "cudnn", "protocol": "paper", "status": "ok", "flags": ""},
+        {"tid": "L1_T002", "mode": "default", "protocol": "paper", "status": "ok", "flags": ""},
+    ])
+    assert list(agg.add_spread_flags(df, note)["flags"]) == ["RUN_SPREAD", "", "", ""]
+    assert agg.add_spread_flags(df, {}).equals(df)

@@ -244,7 +244,8 @@ def test_aggregate_inputs_plan_every_result_of_the_selection(tmp_path, monkeypat
     assert got["meta"] == [f"{res}/tasks/{t}/meta.json" for t in all_tids]
     assert got["scan"] == [f"{res}/reference_scan.json"]
     assert got["extension_failures"] == [] and got["withdrawn_flags"] == []
-    assert list(got) == ["meta", "check", "time", "scan", "extension_failures", "withdrawn_flags"]
+    assert got["run_spread"] == []
+    assert list(got) == ["meta", "check", "time", "scan", "extension_failures", "withdrawn_flags", "run_spread"]
 
 
 def test_aggregate_only_reads_what_is_on_disk(tmp_path, monkeypatch):
@@ -257,10 +258,12 @@ def test_aggregate_only_reads_what_is_on_disk(tmp_path, monkeypatch):
     assert got["scan"] == []
     touch(f"{res}/reference_scan.json")
     touch("config/curation/h100/withdrawn_flags.json")
+    touch("config/curation/h100/run_spread.json")
     got = plan.aggregate_inputs(res, "h100", ["L1_T002"], all_tids, [], [], True)
     assert got["meta"] == [f"{res}/tasks/{t}/meta.json" for t in ("L1_T001", "L1_T002", "L1_T003", "L2_T001")]
     assert got["scan"] == [f"{res}/reference_scan.json"]
     assert got["withdrawn_flags"] == ["config/curation/h100/withdrawn_flags.json"]
+    assert got["run_spread"] == ["config/curation/h100/run_spread.json"]
     assert got["extension_failures"] == []
     # another device's curation is not this one's
     assert plan.aggregate_inputs(res, "a100", [], all_tids, [], [], True)["withdrawn_flags"] == []

@@ -350,6 +350,27 @@ def render_run_to_run(rr: dict, first_label: str, second_label: str, with_target
     return "\n".join(lines) + "\n"
 
 
+def spread_list(pairs, mode: str = "default", protocol: str = "paper", tol: float = AGREEMENT) -> dict:
+    """Per task, over several pairs of runs of the same code on one GPU model (``pairs``:
+    (first, second) results trees): in how many pairs it was scored in both, in how many its
+    scores differed by more than ``tol`` (:func:`run_to_run`), and the largest difference. The
+    tables flag the tasks that moved in two pairs or more (``RUN_SPREAD``). A pair of runs on
+    different GPUs is refused (ValueError): its spread holds the GPUs' difference."""
+    tasks: dict[str, dict] = {}
+    used = []
+    for first, second in pairs:
+        rr = run_to_run(first, second, mode, protocol, tol)
+        if same_gpu(rr) is False:
+            raise ValueError(f"{first} and {second} were timed on different GPUs: not a run-to-run pair")
+        used.append([str(first), str(second)])
+        for row in rr["rows"]:
+            t = tasks.setdefault(row["tid"], {"pairs": 0, "over": 0, "max_rel_diff": 0.0})
+            t["pairs"] += 1
+            t["over"] += row["rel_diff"] > tol
+            t["max_rel_diff"] = round(max(t["max_rel_diff"], row["rel_diff"]), 4)
+    return {"mode": mode, "protocol": protocol, "tol": tol, "pairs": used, "tasks": dict(sorted(tasks.items()))}
+
+
 def _write(text: str, out: str | None) -> None:
     if out:
         atomic_write_text(out, text)
@@ -374,9 +395,19 @@ def main(argv=None) -> int:
     r.add_argument("--targets", action="store_true",
                    help="add a line: issue #13's targets for two runs (median, share within, stalls), met or not")
     r.add_argument("--out")
+    sp = sub.add_parser("spreads", help="per task, over pairs of repeated runs: how often its score moved (JSON)")
+    sp.add_argument("trees", nargs="+", help="FIRST SECOND [FIRST SECOND ...]: pairs of results trees")
+    sp.add_argument("--mode", default="default")
+    sp.add_argument("--protocol", default="paper")
+    sp.add_argument("--out")
     args = ap.parse_args(argv)
     try:
-        if args.cmd == "slice":
+        if args.cmd == "spreads":
+            if len(args.trees) % 2:
+                raise ValueError(f"{len(args.trees)} trees given: pairs are needed (FIRST SECOND ...)")
+            pairs = list(zip(args.trees[::2], args.trees[1::2], strict=True))
+            text = json.dumps(spread_list(pairs, args.mode, args.protocol), indent=1) + "\n"
+        elif args.cmd == "slice":
             df = pd.read_csv(args.scores)
             text = slice_report(df, load_task_list(args.tasks), args.tol, args.title or Path(args.tasks).stem)
         else:

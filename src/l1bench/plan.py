@@ -361,6 +361,8 @@ def aggregate_inputs(
         "extension_failures": existing([curation(device, "extension_failures.json")]),
         # committed list of flags a later detector fix showed to be false (read when present)
         "withdrawn_flags": existing([curation(device, "withdrawn_flags.json")]),
+        # committed run-to-run spread of the tasks timed repeatedly (l1bench.compare spreads)
+        "run_spread": existing([curation(device, "run_spread.json")]),
     }
 
 

@@ -139,6 +139,10 @@ class Flag(_StrEnum):
     #: (tables only) the custom code times itself (CUDA events, host clocks) and may pick its code
     #: path from it: its verdict and score can differ between runs (l1bench.codescan).
     SELF_TIMED = "SELF_TIMED"
+    #: (tables only, paper default mode) in repeated runs of the same code on one GPU model, the
+    #: task's score moved by more than 15 % in two pairs or more (config/curation/<device>/
+    #: run_spread.json, l1bench.compare spreads): one run's score is not enough for it.
+    RUN_SPREAD = "RUN_SPREAD"
     #: (paper protocol, tables only) timed calls stalled by the host change the score (l1bench.stalls).
     TIMING_OUTLIER = "TIMING_OUTLIER"
 

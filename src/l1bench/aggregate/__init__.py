@@ -27,7 +27,14 @@ This module re-exports the names used outside the package (``scripts/aggregate_r
 the tests); other code imports from the submodule that defines a name.
 """
 
-from .annotate import add_ceiling_flags, add_code_flags, add_extension_flags, add_scan_flags, withdraw_flags
+from .annotate import (
+    add_ceiling_flags,
+    add_code_flags,
+    add_extension_flags,
+    add_scan_flags,
+    add_spread_flags,
+    withdraw_flags,
+)
 from .conventions import MISSING_AS_ONE, STAT_ROWS
 from .figures import plot_measured_vs_published, plot_ratio_hist
 from .load import load_results
@@ -42,6 +49,7 @@ __all__ = [
     "add_code_flags",
     "add_extension_flags",
     "add_scan_flags",
+    "add_spread_flags",
     "load_results",
     "plot_measured_vs_published",
     "plot_ratio_hist",

@@ -60,6 +60,24 @@ def add_code_flags(df: pd.DataFrame, scan: dict) -> pd.DataFrame:
     return _append_flag(df, rows, Flag.SELF_TIMED)
 
 
+#: Pairs of repeated runs in which a task's score must have moved beyond the tolerance for
+#: ``RUN_SPREAD`` (one pair could be chance).
+RUN_SPREAD_MIN_PAIRS = 2
+
+
+def add_spread_flags(df: pd.DataFrame, note: dict, min_pairs: int = RUN_SPREAD_MIN_PAIRS) -> pd.DataFrame:
+    """RUN_SPREAD on the rows of the note's mode and protocol (``run_spread.json``,
+    :func:`l1bench.compare.spread_list`) of each task whose score moved beyond the tolerance in
+    ``min_pairs`` pairs of repeated runs or more."""
+    tids = {tid for tid, t in ((note or {}).get("tasks") or {}).items() if t.get("over", 0) >= min_pairs}
+    if df.empty or not tids:
+        return df
+    rows = df["tid"].isin(tids) & (df["mode"] == note.get("mode", "default"))
+    if "protocol" in df:
+        rows &= df["protocol"] == note.get("protocol", "paper")
+    return _append_flag(df, rows, Flag.RUN_SPREAD)
+
+
 def add_scan_flags(df: pd.DataFrame, scan: dict) -> pd.DataFrame:
     """DEGENERATE_TASK on every row of a task whose reference output is constant or zero."""
     bad = {tid for tid, r in scan.items() if r.get("verdict") in ("zero", "constant")}

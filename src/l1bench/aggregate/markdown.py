@@ -181,7 +181,8 @@ def render_summary_markdown(df) -> str:
         "",
         "Tasks carrying each flag of the checks (detectors), the timing stage and the tables "
         "(`SPEEDUP_CEILING`, `DEGENERATE_TASK` from the CPU scan, `SELF_TIMED` from the custom code: it times "
-        "itself and may pick its path from that, so a second run may not agree, `EXTENSION_BUILD_FAILED`, "
+        "itself and may pick its path from that, so a second run may not agree, `RUN_SPREAD`: in repeated runs of "
+        "the same code its default score moved more than 15 % in two pairs or more, `EXTENSION_BUILD_FAILED`, "
         f"`{stalls.FLAG}`: timed calls stalled by the host changed a paper score by more than "
         f"{stalls.TOLERANCE:.0%} or caused its early stop; `score_without_stalls` in scores.csv). "
         "A flag is for review: the score stays what the protocol measured.",

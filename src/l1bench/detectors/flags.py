@@ -33,6 +33,7 @@ ALL_FLAGS = (
     Flag.TIMED_OUTPUT_MISMATCH,
     Flag.EXTENSION_BUILD_FAILED,
     Flag.SELF_TIMED,
+    Flag.RUN_SPREAD,
 )
 
 #: Defaults of the ``cfg`` keys read by :func:`run_detectors`.
