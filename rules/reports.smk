@@ -86,27 +86,8 @@ rule isolation_figure:
         "python scripts/plot_isolation.py {output} > {log} 2>&1"
 
 
-rule run_spread_note:
-    input:
-        [
-            tree_inputs(t)
-            for t in sorted({t for p in REPORTS["run_spread"]["pairs"] for t in p})
-        ],
-    output:
-        REPORTS["run_spread"]["out"],
-    log:
-        "logs/reports/run_spread.log",
-    conda:
-        "../envs/environment.yaml"
-    params:
-        trees=" ".join(t for pair in REPORTS["run_spread"]["pairs"] for t in pair),
-    shell:
-        "python -m l1bench.compare spreads {params.trees} --out {output} 2> {log}"
-
-
 rule lab_reports:
     input:
-        REPORTS["run_spread"]["out"],
         list(REPORTS["spread_reports"]),
         list(REPORTS["throughput_reports"]),
         REPORTS["isolation_figure"]["out"],

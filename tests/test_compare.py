@@ -211,3 +211,24 @@ def test_spreads_count_per_task_how_often_its_score_moved(tmp_path, capsys):
     ])
     assert list(agg.add_spread_flags(df, note)["flags"]) == ["RUN_SPREAD", "", "", ""]
     assert agg.add_spread_flags(df, {}).equals(df)
+
+
+def test_the_committed_spread_note_holds_the_pairs_the_config_names():
+    """config/curation/h100/run_spread.json (the tables' RUN_SPREAD) was made from exactly the
+    pairs config/reports.yaml lists: regenerate it when they change (the command is there)."""
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    note = json.loads((root / "config/curation/h100/run_spread.json").read_text())
+    assert [tuple(p) for p in note["pairs"]] == compare.pairs_from(root / "config/reports.yaml")
+    assert (note["mode"], note["protocol"], note["tol"]) == ("default", "paper", 0.15)
+
+
+def test_pairs_from_names_the_file_when_it_has_none(tmp_path):
+    bad = tmp_path / "r.yaml"
+    bad.write_text("spread_reports: {}\n")
+    with pytest.raises(ValueError, match="no 'run_spread: pairs:' list"):
+        compare.pairs_from(bad)
+    bad.write_text("run_spread:\n  pairs:\n    - [a]\n")
+    with pytest.raises(ValueError, match=r"pair \['a'\] is not \[first tree, second tree\]"):
+        compare.pairs_from(bad)

@@ -371,6 +371,20 @@ def spread_list(pairs, mode: str = "default", protocol: str = "paper", tol: floa
     return {"mode": mode, "protocol": protocol, "tol": tol, "pairs": used, "tasks": dict(sorted(tasks.items()))}
 
 
+def pairs_from(path) -> list[tuple[str, str]]:
+    """The ``run_spread: pairs:`` of a YAML file (config/reports.yaml); ValueError naming the
+    file when it has none or a pair is not two trees."""
+    import yaml
+
+    pairs = ((yaml.safe_load(Path(path).read_text()) or {}).get("run_spread") or {}).get("pairs")
+    if not pairs:
+        raise ValueError(f"{path}: no 'run_spread: pairs:' list")
+    bad = [p for p in pairs if not (isinstance(p, list) and len(p) == 2)]
+    if bad:
+        raise ValueError(f"{path}: run_spread pair {bad[0]!r} is not [first tree, second tree]")
+    return [(str(a), str(b)) for a, b in pairs]
+
+
 def _write(text: str, out: str | None) -> None:
     if out:
         atomic_write_text(out, text)
@@ -396,7 +410,9 @@ def main(argv=None) -> int:
                    help="add a line: issue #13's targets for two runs (median, share within, stalls), met or not")
     r.add_argument("--out")
     sp = sub.add_parser("spreads", help="per task, over pairs of repeated runs: how often its score moved (JSON)")
-    sp.add_argument("trees", nargs="+", help="FIRST SECOND [FIRST SECOND ...]: pairs of results trees")
+    sp.add_argument("trees", nargs="*", help="FIRST SECOND [FIRST SECOND ...]: pairs of results trees")
+    sp.add_argument("--pairs-from", metavar="YAML",
+                    help="the pairs of a YAML file's run_spread: pairs: list (config/reports.yaml)")
     sp.add_argument("--mode", default="default")
     sp.add_argument("--protocol", default="paper")
     sp.add_argument("--out")
@@ -406,6 +422,10 @@ def main(argv=None) -> int:
             if len(args.trees) % 2:
                 raise ValueError(f"{len(args.trees)} trees given: pairs are needed (FIRST SECOND ...)")
             pairs = list(zip(args.trees[::2], args.trees[1::2], strict=True))
+            if args.pairs_from:
+                pairs += pairs_from(args.pairs_from)
+            if not pairs:
+                raise ValueError("no pair of results trees: name them (FIRST SECOND ...) or --pairs-from")
             text = json.dumps(spread_list(pairs, args.mode, args.protocol), indent=1) + "\n"
         elif args.cmd == "slice":
             df = pd.read_csv(args.scores)
