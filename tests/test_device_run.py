@@ -77,6 +77,7 @@ def test_the_watchdog_stops_a_run_whose_time_jobs_all_fail(tmp_path):
     ncpu = len(os.sched_getaffinity(0))
     expected = max(1, min(3 * ncpu // 4, 2))
     assert f"compile-mode jobs at once: {expected} (GPU memory 24576 MiB, {ncpu} CPUs)" in proc.stdout
+    assert "code-generation threads each: 1" in proc.stdout  # COMPILE_THREADS unset: as before
     with tarfile.open(tmp_path / "out" / "results.tgz") as tgz:
         assert "results/h100/check/L1_T002.json" in tgz.getnames()
     assert (tmp_path / "out" / "tree").read_text() == "results/h100\n"  # the tree it wrote, for its caller
