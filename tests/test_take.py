@@ -107,3 +107,25 @@ def test_cli_reports_counts(archive, tmp_path, capsys):
     dest, runs = tmp_path / "d", tmp_path / "r"
     assert take.main([str(archive), "results/d7-c1/h100", str(dest), "--runs", str(runs)]) == 0
     assert capsys.readouterr().out == f"{dest}: 4 files from {archive}:results/d7-c1/h100; 3 log files in {runs}\n"
+
+
+def test_tree_logs_are_the_calls_that_wrote_the_tree(tmp_path):
+    """A slice finished over two calls on a node that ran another experiment first: the two
+    calls whose Snakemake logs name the tree, not the other one, and not only the newest."""
+    first, second, other = "20261205T091806", "20261205T092750", "20261205T091032"
+    tgz = _tgz(tmp_path / "results.tgz", {
+        "results/slice41-h100/h100/check/L1_T001.json": "{}",
+        f"logs/snakemake-{other}.log": "output: results/d7-c1/h100/check/L1_T001.json",
+        f"logs/snakemake-{first}.log": "output: results/slice41-h100/h100/check/L1_T001.json",
+        f"logs/snakemake-{second}.log": "output: results/slice41-h100/h100/time/paper/default/L1_T001.json",
+        f"logs/samples/gpu-{other}.csv": "gpu",
+        f"logs/samples/gpu-{first}.csv": "gpu",
+        f"logs/samples/gpu-{second}.csv": "gpu",
+    })
+    runs = tmp_path / "runs"
+    counts = take.take(tgz, "results/slice41-h100/h100", tmp_path / "t", runs=runs, tree_logs=True)
+    assert _files(runs) == [f"gpu-{first}.csv", f"gpu-{second}.csv", f"snakemake-{first}.log",
+                            f"snakemake-{second}.log"]
+    assert counts["logs"] == 4
+    # a prefix of another tree's name is not that tree
+    assert take.calls_naming(tarfile.open(tgz), tarfile.open(tgz).getnames(), "results/slice41-h1") == set()

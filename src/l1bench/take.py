@@ -12,7 +12,9 @@ logs of that call, under a name of its own (``results/isolation/<design>/c1/h100
   ``DEST`` is replaced then, not before (an interrupted take leaves the old tree whole);
 - with ``--runs DIR``, the Snakemake log and sampler files of the newest call in the archive
   (the stamp ``device_run.sh`` gives one call: ``logs/snakemake-<stamp>.log``,
-  ``logs/samples/*-<stamp>.*``), or of every call with ``--all-logs``;
+  ``logs/samples/*-<stamp>.*``), of every call whose Snakemake log names the tree with
+  ``--tree-logs`` (a tree a second call finished: both calls, not the node's other calls), or of
+  every call with ``--all-logs``;
 - only regular files are extracted (no links, devices or paths with ``..``).
 
     l1bench take "$FILES_AT/c1/results.tgz" results/d7-c1/h100 results/isolation/design7/c1/h100 \\
@@ -70,14 +72,29 @@ def tree_members(names, tree: str) -> dict[str, str]:
     return out
 
 
-def log_members(names, all_logs: bool = False) -> dict[str, str]:
-    """{member name: file name} of the call logs: the newest stamp's, or all with ``all_logs``."""
+def log_members(names, all_logs: bool = False, stamps=None) -> dict[str, str]:
+    """{member name: file name} of the call logs: the newest stamp's, all with ``all_logs``, or
+    those of the given ``stamps``."""
     stamped = {name: m.group(1) for name in names if (m := STAMP.match(_norm(name)))}
     if not stamped:
         return {}
     newest = max(stamped.values())
-    return {name: PurePosixPath(_norm(name)).name for name, stamp in stamped.items()
-            if all_logs or stamp == newest}
+    keep = (lambda s: True) if all_logs else (lambda s: s in stamps) if stamps is not None else (lambda s: s == newest)
+    return {name: PurePosixPath(_norm(name)).name for name, stamp in stamped.items() if keep(stamp)}
+
+
+def calls_naming(tgz: tarfile.TarFile, names, tree: str) -> set[str]:
+    """The stamps of the calls whose Snakemake log names a file of ``tree`` (the calls that ran
+    jobs writing to it)."""
+    needle = tree.rstrip("/").encode() + b"/"
+    out = set()
+    for name in names:
+        m = STAMP.match(_norm(name))
+        if m and _norm(name).startswith("logs/snakemake-"):
+            f = tgz.extractfile(name)
+            if f is not None and needle in f.read():
+                out.add(m.group(1))
+    return out
 
 
 def _extract(tgz: tarfile.TarFile, wanted: dict[str, str], dest: Path) -> int:
@@ -108,7 +125,7 @@ def _replace(tmp: Path, dest: Path) -> None:
         shutil.rmtree(old, ignore_errors=True)
 
 
-def take(archive, tree: str, dest, runs=None, all_logs: bool = False) -> dict:
+def take(archive, tree: str, dest, runs=None, all_logs: bool = False, tree_logs: bool = False) -> dict:
     """Extract ``tree`` of ``archive`` to ``dest`` (and the call's logs to ``runs``): counts."""
     archive, dest = Path(archive), Path(dest)
     if not archive.is_file():
@@ -131,7 +148,8 @@ def take(archive, tree: str, dest, runs=None, all_logs: bool = False) -> dict:
             counts["files"] = _extract(tgz, wanted, staged)
             _replace(staged, dest)
         if runs is not None:
-            logs = log_members(names, all_logs)
+            stamps = calls_naming(tgz, names, tree) if tree_logs and not all_logs else None
+            logs = log_members(names, all_logs, stamps)
             if logs:
                 counts["logs"] = _extract(tgz, logs, Path(runs))
     return counts
@@ -143,10 +161,13 @@ def main(argv=None) -> int:
     ap.add_argument("tree", help="the results tree in it, e.g. results/d7-c1/h100")
     ap.add_argument("dest", help="where the tree goes, e.g. results/isolation/design7/c1/h100 (replaced)")
     ap.add_argument("--runs", help="a folder for the call's Snakemake log and sampler files")
-    ap.add_argument("--all-logs", action="store_true", help="every call's logs, not only the newest call's")
+    which = ap.add_mutually_exclusive_group()
+    which.add_argument("--all-logs", action="store_true", help="every call's logs, not only the newest call's")
+    which.add_argument("--tree-logs", action="store_true",
+                       help="the logs of every call whose Snakemake log names the tree (one finished over two calls)")
     args = ap.parse_args(argv)
     try:
-        counts = take(args.archive, args.tree, args.dest, args.runs, args.all_logs)
+        counts = take(args.archive, args.tree, args.dest, args.runs, args.all_logs, args.tree_logs)
     except TakeError as e:
         print(f"l1bench take: {e}", file=sys.stderr)
         return 1
