@@ -25,8 +25,9 @@ SELF_TIMING = re.compile(
 
 
 def _without_comments(code: str) -> str:
-    """The code with ``#`` comments and docstring-only lines dropped (a comment that mentions
-    timing is not timing). Strings are kept: code can time itself inside one (``exec``)."""
+    """The code without its ``#`` comment lines and trailing ``  #`` comments (a comment that
+    mentions timing is not timing). Strings and docstrings are kept: code can time itself
+    inside one (``exec``)."""
     out = []
     for line in code.splitlines():
         stripped = line.lstrip()

@@ -275,27 +275,29 @@ def call_time_ratios(a: dict[str, dict], b: dict[str, dict]) -> dict:
 #: 5 %, at least 90 % of the tasks within ±15 %, at most 0.5 stalled timed calls per 1000 in
 #: each run.
 TARGET_MEDIAN, TARGET_WITHIN_SHARE, TARGET_STALLED_PER_1000 = 0.05, 0.90, 0.5
-TARGET_NAMES = (f"median ≤ {100 * TARGET_MEDIAN:.0f} %", f"≥ {100 * TARGET_WITHIN_SHARE:.0f} % within ±15 %",
-                f"stalled ≤ {TARGET_STALLED_PER_1000} per 1000 in each run")
+
+
+def target_names(tol: float = AGREEMENT) -> tuple[str, str, str]:
+    """The three targets' names, the share's at the tolerance ``tol``."""
+    return (f"median ≤ {100 * TARGET_MEDIAN:.0f} %", f"≥ {100 * TARGET_WITHIN_SHARE:.0f} % within ±{100 * tol:.0f} %",
+            f"stalled ≤ {TARGET_STALLED_PER_1000} per 1000 in each run")
 
 
 def targets(rr: dict) -> list[tuple[str, str, bool]]:
     """Issue #13's targets against a :func:`run_to_run` result: (target, measured, met) each.
     No task in both runs meets none. The targets are for two runs on one GPU model: where the
     results say the GPUs differ, none is met (their spread holds the GPUs' difference)."""
+    names = target_names(rr.get("tol", AGREEMENT))
     if same_gpu(rr) is False:
-        return [(name, "different GPUs", False) for name in TARGET_NAMES]
+        return [(name, "different GPUs", False) for name in names]
     n, within = rr["n"], rr.get("within", 0)
     rates = rr.get("stalled_per_1000") or [0.0, 0.0]
-    tol = 100 * rr.get("tol", AGREEMENT)
     return [
-        (f"median ≤ {100 * TARGET_MEDIAN:.0f} %", NA if rr["median"] is None else f"{100 * rr['median']:.1f} %",
+        (names[0], NA if rr["median"] is None else f"{100 * rr['median']:.1f} %",
          rr["median"] is not None and rr["median"] <= TARGET_MEDIAN),
-        (f"≥ {100 * TARGET_WITHIN_SHARE:.0f} % within ±{tol:.0f} %",
-         f"{within} of {n}" + (f", {100 * within / n:.0f} %" if n else ""),
+        (names[1], f"{within} of {n}" + (f", {100 * within / n:.0f} %" if n else ""),
          n > 0 and within >= TARGET_WITHIN_SHARE * n),
-        (f"stalled ≤ {TARGET_STALLED_PER_1000} per 1000 in each run", ", ".join(f"{x:.2f}" for x in rates),
-         n > 0 and all(x <= TARGET_STALLED_PER_1000 for x in rates)),
+        (names[2], ", ".join(f"{x:.2f}" for x in rates), n > 0 and all(x <= TARGET_STALLED_PER_1000 for x in rates)),
     ]
 
 

@@ -410,19 +410,30 @@ def cpu_samples(lines) -> dict:
     }
 
 
+def _per_cpu_rows(lines) -> dict[str, list[tuple[int | None, tuple[int, int, int]]]]:
+    """Each CPU's (epoch or None, :func:`_stat_row`) rows of the cpus-* sampler's lines, in order."""
+    per: dict[str, list] = {}
+    for parts in map(str.split, lines):
+        if len(parts) > 6 and parts[1].startswith("cpu") and parts[1][3:].isdigit():
+            per.setdefault(parts[1], []).append((int(parts[0]) if parts[0].isdigit() else None, _stat_row(parts)))
+    return per
+
+
+def _timing_cpu_name(per: dict, timing_cpu: int | None) -> str:
+    """The timing CPU's name among ``per``'s: ``timing_cpu`` where sampled, else the highest."""
+    return f"cpu{timing_cpu}" if f"cpu{timing_cpu}" in per else max(per, key=lambda name: int(name[3:]))
+
+
 def per_cpu_samples(lines, timing_cpu: int | None = None) -> dict:
     """Busy shares per CPU from ``<epoch> cpuN user nice system idle iowait ...`` lines (every
     CPU's line of /proc/stat, once a second): the timing CPU's mean busy share and its share of
     interrupt + softirq time (``timing_cpu``, as the results record it; else the
     highest-numbered CPU, the timing CPU of a one-GPU machine), and the mean busy share of the
     others."""
-    per: dict[str, list] = {}
-    for parts in map(str.split, lines):
-        if len(parts) > 6 and parts[1].startswith("cpu") and parts[1][3:].isdigit():
-            per.setdefault(parts[1], []).append(_stat_row(parts))
+    per = {name: [row for _, row in rows] for name, rows in _per_cpu_rows(lines).items()}
     if not per or min(len(rows) for rows in per.values()) < 2:
         return {"samples": 0}
-    timing = f"cpu{timing_cpu}" if f"cpu{timing_cpu}" in per else max(per, key=lambda name: int(name[3:]))
+    timing = _timing_cpu_name(per, timing_cpu)
     busy, irq = _shares(per[timing])
     others = [b for name, rows in per.items() if name != timing for b in _shares(rows)[0]]
     return {
@@ -437,13 +448,11 @@ def per_cpu_samples(lines, timing_cpu: int | None = None) -> dict:
 def others_busy_by_second(lines, timing_cpu: int | None = None) -> dict[int, float]:
     """The other CPUs' mean busy share in each sampled second (the cpus-* sampler's epoch of the
     second's end -> share), the timing CPU left out as in :func:`per_cpu_samples`."""
-    per: dict[str, dict[int, tuple[int, int, int]]] = {}
-    for parts in map(str.split, lines):
-        if len(parts) > 6 and parts[1].startswith("cpu") and parts[1][3:].isdigit() and parts[0].isdigit():
-            per.setdefault(parts[1], {})[int(parts[0])] = _stat_row(parts)
+    per = {name: {t: row for t, row in rows if t is not None} for name, rows in _per_cpu_rows(lines).items()}
+    per = {name: rows for name, rows in per.items() if rows}
     if not per:
         return {}
-    timing = f"cpu{timing_cpu}" if f"cpu{timing_cpu}" in per else max(per, key=lambda name: int(name[3:]))
+    timing = _timing_cpu_name(per, timing_cpu)
     out: dict[int, float] = {}
     for second in sorted({t for name, rows in per.items() if name != timing for t in rows}):
         shares = []
@@ -468,11 +477,9 @@ def stalls_by_load(rows, busy: dict[int, float]) -> list[dict]:
     counts = [{"lo": lo, "hi": min(hi, 1.0), "timed_calls": 0, "stalled_calls": 0, "steps": 0}
               for lo, hi in LOAD_BUCKETS]
     for res in rows:
-        if res.get("kind") != "time" or res.get("protocol", "paper") != "paper" or not res.get("ref_ms"):
-            continue
         span = _span(res.get("provenance") or {})
-        info = stalls.rescore(res["ref_ms"], res.get("custom_ms") or [])
-        if span is None or info is None:
+        calls = stalls.timed_and_stalled(res) if res.get("kind") == "time" else None
+        if span is None or calls is None:
             continue
         shares = [busy[t] for t in range(int(span[0]), int(span[1]) + 2) if t in busy]
         if not shares:
@@ -480,8 +487,8 @@ def stalls_by_load(rows, busy: dict[int, float]) -> list[dict]:
         load = sum(shares) / len(shares)
         bucket = next(b for b, (lo, hi) in zip(counts, LOAD_BUCKETS, strict=True) if lo <= load < hi)
         bucket["steps"] += 1
-        bucket["timed_calls"] += sum(map(len, res["ref_ms"])) + sum(map(len, res.get("custom_ms") or []))
-        bucket["stalled_calls"] += info["stalled_calls"]
+        bucket["timed_calls"] += calls[0]
+        bucket["stalled_calls"] += calls[1]
     return [b for b in counts if b["steps"]]
 
 

@@ -98,18 +98,27 @@ def outlier_flag(res: dict, tolerance: float = TOLERANCE) -> tuple[str, dict] | 
     return reason, info
 
 
+def timed_and_stalled(res: dict) -> tuple[int, int] | None:
+    """(timed calls, stalled calls) of one paper-protocol result with timings (whatever its
+    status); None for any other."""
+    if res.get("protocol", "paper") != "paper" or not res.get("ref_ms"):
+        return None
+    info = rescore(res["ref_ms"], res.get("custom_ms") or [])
+    if info is None:
+        return None
+    return sum(map(len, res["ref_ms"])) + sum(map(len, res.get("custom_ms") or [])), info["stalled_calls"]
+
+
 def stall_rate(results) -> dict:
     """Over paper-protocol result dicts: results, timed calls, stalled calls, flagged results."""
     out = {"results": 0, "timed_calls": 0, "stalled_calls": 0, "flagged": 0}
     for res in results:
-        if res.get("status") != Status.OK or res.get("protocol", "paper") != "paper" or not res.get("ref_ms"):
-            continue
-        info = rescore(res["ref_ms"], res.get("custom_ms") or [])
-        if info is None:
+        counts = timed_and_stalled(res) if res.get("status") == Status.OK else None
+        if counts is None:
             continue
         out["results"] += 1
-        out["timed_calls"] += sum(map(len, res["ref_ms"])) + sum(map(len, res.get("custom_ms") or []))
-        out["stalled_calls"] += info["stalled_calls"]
+        out["timed_calls"] += counts[0]
+        out["stalled_calls"] += counts[1]
         out["flagged"] += outlier_flag(res) is not None
     return out
 

@@ -78,9 +78,13 @@ def log_members(names, all_logs: bool = False, stamps=None) -> dict[str, str]:
     stamped = {name: m.group(1) for name in names if (m := STAMP.match(_norm(name)))}
     if not stamped:
         return {}
-    newest = max(stamped.values())
-    keep = (lambda s: True) if all_logs else (lambda s: s in stamps) if stamps is not None else (lambda s: s == newest)
-    return {name: PurePosixPath(_norm(name)).name for name, stamp in stamped.items() if keep(stamp)}
+    if all_logs:
+        chosen = set(stamped.values())
+    elif stamps is not None:
+        chosen = set(stamps)
+    else:
+        chosen = {max(stamped.values())}
+    return {name: PurePosixPath(_norm(name)).name for name, stamp in stamped.items() if stamp in chosen}
 
 
 def calls_naming(tgz: tarfile.TarFile, names, tree: str) -> set[str]:

@@ -18,6 +18,11 @@ def _append_flag(df: pd.DataFrame, rows, name: str) -> pd.DataFrame:
     return df
 
 
+def _rows_with_code(df: pd.DataFrame, tids) -> pd.Series:
+    """The rows of tasks ``tids`` that ran code (not ``no_code``, not missing)."""
+    return df["tid"].isin(tids) & (df["status"] != Status.NO_CODE) & (df["status"] != MISSING)
+
+
 def add_ceiling_flags(df: pd.DataFrame, ceiling: float | None) -> pd.DataFrame:
     """Flag measured speedups above ``ceiling`` for review (SPEEDUP_CEILING)."""
     if ceiling is None or df.empty or "measured" not in df:
@@ -31,8 +36,8 @@ def add_extension_flags(df: pd.DataFrame, annotations: dict) -> pd.DataFrame:
     tids = set((annotations or {}).get("tasks", {}))
     if df.empty or not tids:
         return df
-    rows = df["tid"].isin(tids) & (df["status"] != Status.NO_CODE) & (df["status"] != MISSING)
-    return _append_flag(df, rows, Flag.EXTENSION_BUILD_FAILED)  # rows that have it are left as they are
+    # rows that have it are left as they are
+    return _append_flag(df, _rows_with_code(df, tids), Flag.EXTENSION_BUILD_FAILED)
 
 
 def withdraw_flags(df: pd.DataFrame, withdrawn: dict) -> pd.DataFrame:
@@ -56,8 +61,7 @@ def add_code_flags(df: pd.DataFrame, scan: dict) -> pd.DataFrame:
     tids = {tid for tid, found in (scan or {}).items() if found.get("self_timed")}
     if df.empty or not tids:
         return df
-    rows = df["tid"].isin(tids) & (df["status"] != Status.NO_CODE) & (df["status"] != MISSING)
-    return _append_flag(df, rows, Flag.SELF_TIMED)
+    return _append_flag(df, _rows_with_code(df, tids), Flag.SELF_TIMED)
 
 
 #: Pairs of repeated runs in which a task's score must have moved beyond the tolerance for
