@@ -280,14 +280,15 @@ def test_stalls_by_the_other_cpus_load_and_their_causes(tmp_path):
     assert busy == pytest.approx({2: 0.1, 3: 0.9, 4: 0.9})
 
     def res(start, end, ref_ms, causes=None):
-        return {"kind": "time", "protocol": "paper", "ref_ms": ref_ms, "custom_ms": [[1.0] * 5],
+        return {"kind": "time", "status": "ok", "protocol": "paper", "ref_ms": ref_ms, "custom_ms": [[1.0] * 5],
                 "provenance": {"started": f"1970-01-01T00:00:0{start}+00:00",
                                "finished": f"1970-01-01T00:00:0{end}+00:00"},
                 "host_timing": {"stall_causes": causes or {}}}
 
     quiet = res(1, 1, [[1.0] * 4 + [9.0]], {"host_slow": 1})  # one stalled call while the others idled
     loaded = res(3, 3, [[1.0] * 5], {})
-    rows = [quiet, loaded, res(8, 8, [[1.0] * 5]), {"kind": "check"}]  # no samples in 8-9: left out
+    failed = {**res(1, 1, [[1.0] * 4 + [9.0]]), "status": "incorrect"}  # not ok: not in the headline either
+    rows = [quiet, loaded, failed, res(8, 8, [[1.0] * 5]), {"kind": "check"}]  # no samples in 8-9: left out
     buckets = stagetimes.stalls_by_load(rows, busy)
     assert [(b["lo"], b["steps"], b["stalled_calls"], b["timed_calls"]) for b in buckets] == \
         [(0.0, 1, 1, 10), (0.75, 1, 0, 10)]

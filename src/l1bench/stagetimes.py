@@ -470,7 +470,8 @@ LOAD_BUCKETS = ((0.0, 0.25), (0.25, 0.5), (0.5, 0.75), (0.75, 1.01))
 
 
 def stalls_by_load(rows, busy: dict[int, float]) -> list[dict]:
-    """Stalled timed calls of the paper-protocol time results (:mod:`l1bench.stalls`), bucketed by
+    """Stalled timed calls of the ok paper-protocol time results (:mod:`l1bench.stalls`, the same
+    results as the run's stall-rate headline, :func:`l1bench.stalls.stall_rate`), bucketed by
     how busy the other CPUs were during the step (mean of :func:`others_busy_by_second` over its
     provenance span): does the run's own load stretch its timed calls, or do stalls come at any
     load (the host's)? Steps without samples in their span are left out."""
@@ -478,7 +479,8 @@ def stalls_by_load(rows, busy: dict[int, float]) -> list[dict]:
               for lo, hi in LOAD_BUCKETS]
     for res in rows:
         span = _span(res.get("provenance") or {})
-        calls = stalls.timed_and_stalled(res) if res.get("kind") == "time" else None
+        ok_time = res.get("kind") == "time" and res.get("status") == stalls.Status.OK
+        calls = stalls.timed_and_stalled(res) if ok_time else None
         if span is None or calls is None:
             continue
         shares = [busy[t] for t in range(int(span[0]), int(span[1]) + 2) if t in busy]
