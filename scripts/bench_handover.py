@@ -34,7 +34,11 @@ import tempfile
 import time
 from pathlib import Path
 
-from l1bench import gpulock, timingcpus
+try:
+    from l1bench import gpulock, timingcpus
+except ModuleNotFoundError:  # a checkout without `pip install -e .`, e.g. a bare GPU node
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+    from l1bench import gpulock, timingcpus
 
 PHASES = ("solo", "free_small", "free_big", "exit_locked", "exit_unlocked")
 

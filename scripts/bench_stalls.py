@@ -54,7 +54,11 @@ import tempfile
 import time
 from pathlib import Path
 
-from l1bench import hostclock, stalls, timingcpus
+try:
+    from l1bench import hostclock, stalls, timingcpus
+except ModuleNotFoundError:  # a checkout without `pip install -e .`, e.g. a bare GPU node
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+    from l1bench import hostclock, stalls, timingcpus
 
 ACTIVITIES = (
     "idle", "cpu_python", "cpu_shared", "process_churn", "cuda_context", "alloc_free", "gpu_kernels",

@@ -24,8 +24,13 @@ import sys
 import time
 from pathlib import Path
 
-from l1bench import stalls
-from l1bench.stagetimes import collect, results, table
+try:
+    from l1bench import stalls
+    from l1bench.stagetimes import collect, results, table
+except ModuleNotFoundError:  # a checkout without `pip install -e .`, e.g. a bare GPU node
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+    from l1bench import stalls
+    from l1bench.stagetimes import collect, results, table
 
 
 def run(name: str, args, cores: int, gpu_jobs: int) -> dict:
