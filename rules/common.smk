@@ -329,8 +329,8 @@ def build_priority(wildcards):
 
 
 def check_priority(wildcards):
-    """plan.check_priority of a check job."""
-    return plan.check_priority(wildcards.tid)
+    """plan.check_priority of a check job (its level-3 boost only with a compile mode)."""
+    return plan.check_priority(wildcards.tid, MODES)
 
 
 def compile_slots(wildcards):

@@ -457,6 +457,18 @@ def test_level_3_checks_and_compile_jobs_go_first():
     assert plan.check_priority(l2) == plan.CHECK_PRIORITY
 
 
+def test_level_3_checks_go_first_only_when_the_run_times_a_compile_mode():
+    """Without a torch.compile mode a level-3 check is a check like any other (below the time
+    jobs, so a task is timed as soon as it is checked); with one, or when the modes are not
+    given, it keeps its boost."""
+    l3 = "L3_T015"
+    eager = ["default", "cuda_graph", "cudnn"]
+    assert plan.check_priority(l3, eager) == plan.CHECK_PRIORITY
+    assert plan.check_priority(l3, eager) < min(plan.time_priority("paper", m, l3) for m in eager)
+    assert plan.check_priority(l3, eager + ["torch_compile_reduce_overhead"]) == plan.check_priority(l3) > 10
+    assert plan.check_priority("L2_T012", ALL_MODES) == plan.CHECK_PRIORITY
+
+
 def test_a_finished_result_takes_no_meta_input_before_the_split(tmp_path):
     done = touch(tmp_path / "check/L1_T001.json")
     assert plan.meta_input_skipped(False, done) is True
