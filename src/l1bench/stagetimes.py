@@ -19,6 +19,7 @@ from pathlib import Path
 from tabulate import tabulate
 
 from l1bench import stalls
+from l1bench.results import Status
 
 
 def stage_of(res: dict) -> str:
@@ -479,7 +480,7 @@ def stalls_by_load(rows, busy: dict[int, float]) -> list[dict]:
               for lo, hi in LOAD_BUCKETS]
     for res in rows:
         span = _span(res.get("provenance") or {})
-        ok_time = res.get("kind") == "time" and res.get("status") == stalls.Status.OK
+        ok_time = res.get("kind") == "time" and res.get("status") == Status.OK
         calls = stalls.timed_and_stalled(res) if ok_time else None
         if span is None or calls is None:
             continue
