@@ -36,9 +36,11 @@ from pathlib import Path
 
 try:
     from l1bench import gpulock, timingcpus
-except ModuleNotFoundError:  # a checkout without `pip install -e .`, e.g. a bare GPU node
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
-    from l1bench import gpulock, timingcpus
+except ModuleNotFoundError as e:  # one line, not a traceback (a bare GPU node has no l1bench yet)
+    if e.name != "l1bench":
+        raise
+    sys.exit("bench_handover.py: the l1bench package is not installed: `pip install -e .` here, or on an offline "
+             "GPU node `. scripts/offline_install.sh .whl` first (scripts/device_run.sh does it)")
 
 PHASES = ("solo", "free_small", "free_big", "exit_locked", "exit_unlocked")
 
