@@ -297,3 +297,48 @@ def test_stalls_by_the_other_cpus_load_and_their_causes(tmp_path):
     assert stagetimes.stall_causes(rows + [res(1, 1, [[1.0]], {"host_slow": 2, "gpu": 1})]) == \
         {"host_slow": 3, "gpu": 1}
     assert stagetimes.describe_stalls_by_load([]) is None
+
+
+def _timed(tid, start_s, stalled, step=None, status="ok", calls=10):
+    """An ok paper time result of ``calls`` reference calls, ``stalled`` of them stretched 9x
+    (l1bench.stalls counts those), started ``start_s`` seconds into the hour."""
+    ref = [[1.0] * (calls - stalled) + [9.0] * stalled]
+    prov = {"started": f"2026-12-05T10:00:{start_s:02d}+00:00", "finished": f"2026-12-05T10:00:{start_s + 1:02d}+00:00"}
+    if step is not None:
+        prov["task_worker"] = {"step": step}
+    return {"kind": "time", "status": status, "protocol": "paper", "tid": tid, "ref_ms": ref,
+            "custom_ms": [[1.0] * 10], "provenance": prov}
+
+
+def test_a_burst_of_stalls_is_named_and_the_rest_of_the_run_rated_without_it():
+    """The steps started within 10 s of each other that hold the most stalled calls are the
+    burst; the other steps' rate leaves their calls out. Failed results and steps started
+    outside the window are not in it."""
+    rows = [_timed("L1_T001", 0, 1), _timed("L3_T010", 30, 3), _timed("L3_T046", 38, 2),
+            _timed("L2_T001", 45, 0), _timed("L2_T002", 50, 1), _timed("L2_T003", 31, 9, status="incorrect")]
+    burst = stagetimes.stall_burst(rows)
+    assert burst["tids"] == ["L3_T010", "L3_T046"] and burst["stalled_calls"] == 5
+    assert burst["all_stalled_calls"] == 7
+    assert burst["rest_per_1000"] == pytest.approx(1000 * 2 / 60)  # 3 other steps x 20 calls
+    line = stagetimes.describe_stall_burst(burst)
+    assert "5 of 7, in 2 steps started from 10:00:30 UTC over 8 s (L3_T010, L3_T046)" in line
+    assert "the other steps 33.3 per 1000" in line
+    two_modes = stagetimes.stall_burst([_timed("L1_T001", 0, 1), {**_timed("L1_T001", 2, 1), "mode": "cudnn"}])
+    assert two_modes["tids"] == ["L1_T001", "L1_T001 cudnn"]
+    one = stagetimes.describe_stall_burst(stagetimes.stall_burst([_timed("L1_T001", 0, 1)]))
+    assert "1 of 1, in 1 step (L1_T001, started 10:00:00 UTC)" in one
+    assert stagetimes.stall_burst([_timed("L1_T001", 0, 0)]) is None
+    assert stagetimes.describe_stall_burst(None) is None
+
+
+def test_stalls_by_where_a_design_7_step_ran():
+    """A task worker's first step, its later ones and one-shot jobs are rated apart; without
+    task workers (designs 1-6) there is no line."""
+    rows = [_timed("L1_T001", 0, 0, step=1), _timed("L1_T001", 5, 2, step=2), _timed("L1_T001", 9, 1, step=3),
+            _timed("L1_T001", 12, 1), _timed("L1_T002", 14, 5, step=2, status="incorrect")]
+    by = stagetimes.stalls_by_worker_step(rows)
+    assert by == {"first": [1, 20, 0], "later": [2, 40, 3], "one-shot": [1, 20, 1]}
+    line = stagetimes.describe_stalls_by_worker_step(by)
+    assert line.endswith("a task worker's first step 0.0 (0 of 20, 1 steps); its later steps 75.0 (3 of 40, 2 steps); "
+                         "one-shot jobs 50.0 (1 of 20, 1 steps)")
+    assert stagetimes.describe_stalls_by_worker_step(stagetimes.stalls_by_worker_step(rows[3:4])) is None

@@ -506,6 +506,87 @@ def describe_stalls_by_load(buckets: list[dict]) -> str | None:
     return "timed calls stalled, by the other CPUs' busy share during the step: " + "; ".join(parts)
 
 
+def _ok_paper_counts(rows):
+    """(result, timed calls, stalled calls) of each ok paper-protocol time result with timings:
+    the results of the run's stall-rate headline (:func:`l1bench.stalls.stall_rate`)."""
+    for res in rows:
+        if res.get("kind") == "time" and res.get("status") == Status.OK:
+            counts = stalls.timed_and_stalled(res)
+            if counts is not None:
+                yield res, counts[0], counts[1]
+
+
+def stall_burst(rows, window_s: float = 10.0) -> dict | None:
+    """Do the run's stalled calls come spread out, or in a burst that hit whatever was timed
+    then? The steps (ok paper time results) that started within ``window_s`` of each other and
+    hold the most stalled calls: their task ids (with the mode, other than default), start
+    times (epoch s), stalled calls, and the rest of the run's stalled calls per 1000 without
+    them. None without stalled calls."""
+    timed = stalled = 0
+    hit = []
+    for res, n_timed, n_stalled in _ok_paper_counts(rows):
+        timed += n_timed
+        stalled += n_stalled
+        span = _span(res.get("provenance") or {})
+        if n_stalled and span is not None:
+            mode = res.get("mode") or "default"
+            hit.append((span[0], str(res.get("tid")) + ("" if mode == "default" else f" {mode}"), n_stalled, n_timed))
+    if not hit:
+        return None
+    hit.sort()
+    best = max(([h for h in hit[i:] if h[0] - hit[i][0] <= window_s] for i in range(len(hit))),
+               key=lambda group: (sum(h[2] for h in group), -len(group)))
+    in_burst, burst_timed = sum(h[2] for h in best), sum(h[3] for h in best)
+    rest = timed - burst_timed
+    return {
+        "window_s": window_s, "tids": [h[1] for h in best], "first": best[0][0], "last": best[-1][0],
+        "stalled_calls": in_burst, "all_stalled_calls": stalled,
+        "rest_per_1000": 1000 * (stalled - in_burst) / rest if rest else 0.0,
+    }
+
+
+def describe_stall_burst(burst: dict | None) -> str | None:
+    if burst is None:
+        return None
+    first = datetime.fromtimestamp(burst["first"], timezone.utc).strftime("%H:%M:%S")
+    n = len(burst["tids"])
+    spread, tids = burst["last"] - burst["first"], ", ".join(burst["tids"])
+    where = (f"1 step ({tids}, started {first} UTC)" if n == 1 else
+             f"{n} steps started from {first} UTC over {spread:.0f} s ({tids})")
+    return (
+        f"stalled calls in the busiest {burst['window_s']:.0f} s of step starts: {burst['stalled_calls']} of "
+        f"{burst['all_stalled_calls']}, in {where}; the other steps {burst['rest_per_1000']:.1f} per 1000"
+    )
+
+
+def stalls_by_worker_step(rows) -> dict[str, list[int]]:
+    """Stalled timed calls of the ok paper time results by where the step ran under design 7:
+    a task worker's first step, a later one (after others of its task in the same process), or
+    a one-shot worker (designs 1-6, and design 7's compile modes): {place: [steps, timed,
+    stalled]}. Does a long-lived worker stall more as it serves more steps?"""
+    out: dict[str, list[int]] = {}
+    for res, n_timed, n_stalled in _ok_paper_counts(rows):
+        step = ((res.get("provenance") or {}).get("task_worker") or {}).get("step")
+        place = "one-shot" if step is None else ("first" if step == 1 else "later")
+        acc = out.setdefault(place, [0, 0, 0])
+        acc[0] += 1
+        acc[1] += n_timed
+        acc[2] += n_stalled
+    return out
+
+
+def describe_stalls_by_worker_step(by_place: dict[str, list[int]]) -> str | None:
+    """One line, only for a run with task workers (design 7)."""
+    if not by_place.keys() & {"first", "later"}:
+        return None
+    names = {"first": "a task worker's first step", "later": "its later steps", "one-shot": "one-shot jobs"}
+    parts = [
+        f"{names[k]} {1000 * v[2] / v[1]:.1f} ({v[2]} of {v[1]}, {v[0]} steps)"
+        for k in ("first", "later", "one-shot") if (v := by_place.get(k)) and v[1]
+    ]
+    return "timed calls stalled per 1000, by where the step ran: " + "; ".join(parts)
+
+
 def stall_causes(rows) -> Counter:
     """Why the paper results' stalled calls were stretched (``host_timing.stall_causes``, from
     :func:`l1bench.hostclock.stall_cause`): preempted, host_lost, host_slow, gpu."""
@@ -620,6 +701,9 @@ def report(root, samples=None, since=None, until=None, bullet: str = "") -> str:
     if causes:
         lines[-1] += " (the host clock's causes of the stalled calls it saw, retimed pairs' included: " + ", ".join(
             f"{name} {n}" for name, n in causes.most_common()) + ")"
+    for extra in (describe_stall_burst(stall_burst(rows)), describe_stalls_by_worker_step(stalls_by_worker_step(rows))):
+        if extra:
+            lines.append(extra)
     if not (since or until):  # a window holds one call of a chunked run, not the selection
         lines.insert(1, describe_missing(*missing_time_results(rows)))
     workers = task_workers(rows, o["span_s"])
