@@ -65,6 +65,37 @@ def test_retime_prepare_copies_a_task_lists_build_and_check_results(tmp_path):
         retime.prepare(src, tmp_path / "d3", ["L1_T001"], stages=("time",))
 
 
+def test_a_prepared_tree_lists_what_was_copied_and_its_run_report_leaves_that_out(tmp_path):
+    """retime prepare lists the results it copied (prepared.json, merged over calls); the run
+    report of the tree (stagetimes) leaves them out of its stages and span, which are this run's
+    own, and still counts each copied check's missing time results."""
+    from l1bench import retime, stagetimes
+
+    def put(path, kind, started, finished, tid="L1_T001", **extra):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps({"kind": kind, "tid": tid, "provenance": {
+            "started": f"2026-12-05T10:{started}+00:00", "finished": f"2026-12-05T10:{finished}+00:00"}} | extra))
+
+    src, dest = tmp_path / "c1", tmp_path / "c2"
+    for tid in ("L1_T001", "L1_T002"):
+        put(src / f"build/{tid}.json", "build", "00:00", "01:00", tid)  # the first run's builds
+    assert retime.prepare(src, dest, ["L1_T001"], stages=("build",))["build"] == 1
+    assert retime.prepare(src, dest, ["L1_T002"], stages=("build",))["build"] == 1
+    assert retime.prepared(dest) == {"build/L1_T001.json", "build/L1_T002.json"}
+    assert retime.prepared(tmp_path / "nothing") == set()
+    # this run: its checks and time results, 10 minutes later
+    put(dest / "check/L1_T001.json", "check", "10:00", "10:20")
+    put(dest / "check/L1_T002.json", "check", "10:00", "10:20", "L1_T002")
+    put(dest / "time/paper/default/L1_T001.json", "time", "10:20", "10:40", mode="default", protocol="paper")
+    rows = list(stagetimes.results(dest))
+    assert sum(bool(r.get(stagetimes.PREPARED_KEY)) for r in rows) == 2
+    stats = stagetimes.collect(rows)
+    assert "build" not in stats and stagetimes.overall(stats)["span_s"] == 40
+    report = stagetimes.report(dest)
+    assert "first start to last finish 40 s" in report
+    assert "1 of 2" in report and "L1_T002" in report  # a copied check still expects its time result
+
+
 def test_retime_adopt_replaces_each_re_timed_result_and_keeps_the_others(tmp_path):
     from l1bench import retime
 

@@ -29,6 +29,17 @@ from l1bench.io import atomic_write_text
 from l1bench.results import Status
 
 STAGES = ("build", "check")
+#: The list of results :func:`prepare` copied into a tree (paths relative to it): they were made
+#: by an earlier run, so a report of this tree's own run leaves them out (l1bench.stagetimes).
+PREPARED = "prepared.json"
+
+
+def prepared(root) -> set[str]:
+    """The results :func:`prepare` copied into ``root`` (relative paths; empty without a list)."""
+    try:
+        return set(json.loads((Path(root) / PREPARED).read_text()).get("copied", []))
+    except (OSError, ValueError, AttributeError):
+        return set()
 
 
 def checked_tasks(src: Path) -> list[str]:
@@ -43,12 +54,14 @@ def prepare(src: Path, dest: Path, tids: list[str], ext_from: Path | None = None
     fail). With ``keep_design``, also the time results that need no new timing: scored with
     that design, or not scored (no code, incorrect...: the design does not change them), so a
     run continues a re-timing where an earlier one stopped. Existing files in ``dest`` are
-    kept. Returns counts."""
+    kept. The copied results are listed in ``dest``/:data:`PREPARED` (added to an earlier
+    list). Returns counts."""
     src, dest = Path(src), Path(dest)
     unknown = set(stages) - set(STAGES)
     if unknown:
         raise ValueError(f"unknown stage(s) {sorted(unknown)}: choose from {', '.join(STAGES)}")
     counts = {"build": 0, "check": 0, "ext": 0}
+    copied: list[str] = []
     if keep_design is not None:
         counts["time"] = 0
         wanted = set(tids)
@@ -60,6 +73,7 @@ def prepare(src: Path, dest: Path, tids: list[str], ext_from: Path | None = None
             if res.get("status") != Status.OK or res.get("timing_design") == keep_design:
                 here.parent.mkdir(parents=True, exist_ok=True)
                 shutil.copy2(f, here)
+                copied.append(here.relative_to(dest).as_posix())
                 counts["time"] += 1
     for stage in stages:
         (dest / stage).mkdir(parents=True, exist_ok=True)
@@ -67,6 +81,7 @@ def prepare(src: Path, dest: Path, tids: list[str], ext_from: Path | None = None
             f = src / stage / f"{tid}.json"
             if f.exists() and not (dest / stage / f.name).exists():
                 shutil.copy2(f, dest / stage / f.name)
+                copied.append(f"{stage}/{f.name}")
                 counts[stage] += 1
     scan = src / "reference_scan.json"
     if scan.exists() and not (dest / scan.name).exists():
@@ -78,6 +93,9 @@ def prepare(src: Path, dest: Path, tids: list[str], ext_from: Path | None = None
             if there.is_dir() and not here.exists():
                 shutil.copytree(there, here, copy_function=_link_or_copy)
                 counts["ext"] += 1
+    if copied:
+        listed = sorted(prepared(dest) | set(copied))
+        atomic_write_text(dest / PREPARED, json.dumps({"from": str(src), "copied": listed}, indent=1) + "\n")
     return counts
 
 

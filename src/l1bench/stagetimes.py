@@ -31,10 +31,20 @@ def _when(text: str) -> datetime:
     return t if t.tzinfo else t.replace(tzinfo=timezone.utc)
 
 
+#: Key :func:`results` adds to a result that ``l1bench retime prepare`` copied into the tree
+#: (made by an earlier run: :func:`collect` and :func:`report` leave it out of this run's work).
+PREPARED_KEY = "_prepared"
+
+
 def results(root, since: str | None = None, until: str | None = None):
     """The build/check/time results under ``root``; with ``since``/``until`` (ISO times),
-    only those whose worker started in that window (one call of a chunked run)."""
+    only those whose worker started in that window (one call of a chunked run). A result that
+    ``l1bench retime prepare`` copied in (:func:`l1bench.retime.prepared`) carries
+    :data:`PREPARED_KEY`."""
+    from l1bench.retime import prepared  # retime imports compare, which needs pandas: only here
+
     lo_t, hi_t = (_when(since) if since else None), (_when(until) if until else None)
+    copied = prepared(root)
     for path in Path(root).glob("**/*.json"):
         if path.parent.name == "tasks" or path.name == "meta.json":
             continue
@@ -49,14 +59,19 @@ def results(root, since: str | None = None, until: str | None = None):
             started = _when(prov["started"]) if prov.get("started") else None
             if started is None or (lo_t and started < lo_t) or (hi_t and started >= hi_t):
                 continue
+        if copied and path.relative_to(root).as_posix() in copied:
+            res[PREPARED_KEY] = True
         yield res
 
 
 def collect(rows) -> dict:
-    """Per-stage sums over result dicts (:func:`results`)."""
+    """Per-stage sums over result dicts (:func:`results`); results an earlier run made
+    (:data:`PREPARED_KEY`) are left out."""
     stats: dict = defaultdict(lambda: defaultdict(float))
     spans: dict = {}
     for res in rows:
+        if res.get(PREPARED_KEY):
+            continue
         prov = res.get("provenance", {})
         st = stats[stage_of(res)]
         st["jobs"] += 1
