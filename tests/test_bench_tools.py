@@ -94,6 +94,14 @@ def test_a_prepared_tree_lists_what_was_copied_and_its_run_report_leaves_that_ou
     report = stagetimes.report(dest)
     assert "first start to last finish 40 s" in report
     assert "1 of 2" in report and "L1_T002" in report  # a copied check still expects its time result
+    # a time result kept from the first run (--keep-design: already of that design) is not this
+    # run's: neither its stage nor its stalled call
+    put(src / "time/paper/cudnn/L1_T001.json", "time", "02:00", "02:30", mode="cudnn", protocol="paper",
+        status="ok", timing_design=7, ref_ms=[[1.0] * 9 + [9.0]], custom_ms=[[1.0] * 10])
+    assert retime.prepare(src, dest, ["L1_T001"], stages=("build",), keep_design=7)["time"] == 1
+    report = stagetimes.report(dest)
+    assert "time:paper:cudnn" not in report.split("\n\n")[0] and "first start to last finish 40 s" in report
+    assert "no paper-protocol timings" in report and "busiest" not in report
 
 
 def test_retime_adopt_replaces_each_re_timed_result_and_keeps_the_others(tmp_path):

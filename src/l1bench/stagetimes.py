@@ -703,8 +703,11 @@ def replay_idle_bound(rows, max_idle: int, idle_s: float = 60.0) -> dict:
 
 def report(root, samples=None, since=None, until=None, bullet: str = "") -> str:
     """The stage table, then the run's span and lock share, its stalled timed calls and (with
-    ``samples``) one line per sampler file; ``bullet`` starts each of those lines."""
-    rows = list(results(root, since, until))  # read once: every summary below is over them
+    ``samples``) one line per sampler file; ``bullet`` starts each of those lines. All of it is
+    this run's own: results ``l1bench retime prepare`` copied in are left out, except that a
+    copied check still expects its time results."""
+    everything = list(results(root, since, until))  # read once: every summary below is over them
+    rows = [r for r in everything if not r.get(PREPARED_KEY)]
     stats = collect(rows)
     o = overall(stats)
     lines = [
@@ -720,7 +723,7 @@ def report(root, samples=None, since=None, until=None, bullet: str = "") -> str:
         if extra:
             lines.append(extra)
     if not (since or until):  # a window holds one call of a chunked run, not the selection
-        lines.insert(1, describe_missing(*missing_time_results(rows)))
+        lines.insert(1, describe_missing(*missing_time_results(everything)))
     workers = task_workers(rows, o["span_s"])
     if workers:
         lines.append(workers)
