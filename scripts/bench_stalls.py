@@ -54,13 +54,9 @@ import tempfile
 import time
 from pathlib import Path
 
-try:
-    from l1bench import hostclock, stalls, timingcpus
-except ModuleNotFoundError as e:  # one line, not a traceback (a bare GPU node has no l1bench yet)
-    if e.name != "l1bench":
-        raise
-    sys.exit("bench_stalls.py: the l1bench package is not installed: `pip install -e .` here, or on an offline "
-             "GPU node `. scripts/offline_install.sh .whl` first (scripts/device_run.sh does it)")
+import _installed  # noqa: F401  (one line, not a traceback, without the package)
+
+from l1bench import hostclock, stalls, timingcpus
 
 ACTIVITIES = (
     "idle", "cpu_python", "cpu_shared", "process_churn", "cuda_context", "alloc_free", "gpu_kernels",
