@@ -19,7 +19,6 @@ from pathlib import Path
 from tabulate import tabulate
 
 from l1bench import stalls
-from l1bench.results import Status
 
 
 def stage_of(res: dict) -> str:
@@ -481,6 +480,12 @@ def others_busy_by_second(lines, timing_cpu: int | None = None) -> dict[int, flo
     return out
 
 
+def _ok_paper_counts(rows):
+    """:func:`l1bench.stalls.ok_timed_and_stalled` of the time results among ``rows``: the
+    results of the run's stall-rate headline."""
+    return stalls.ok_timed_and_stalled(r for r in rows if r.get("kind") == "time")
+
+
 #: Buckets of :func:`stalls_by_load`: the other CPUs' mean busy share during a step.
 LOAD_BUCKETS = ((0.0, 0.25), (0.25, 0.5), (0.5, 0.75), (0.75, 1.01))
 
@@ -493,11 +498,9 @@ def stalls_by_load(rows, busy: dict[int, float]) -> list[dict]:
     load (the host's)? Steps without samples in their span are left out."""
     counts = [{"lo": lo, "hi": min(hi, 1.0), "timed_calls": 0, "stalled_calls": 0, "steps": 0}
               for lo, hi in LOAD_BUCKETS]
-    for res in rows:
+    for res, n_timed, n_stalled in _ok_paper_counts(rows):
         span = _span(res.get("provenance") or {})
-        ok_time = res.get("kind") == "time" and res.get("status") == Status.OK
-        calls = stalls.timed_and_stalled(res) if ok_time else None
-        if span is None or calls is None:
+        if span is None:
             continue
         shares = [busy[t] for t in range(int(span[0]), int(span[1]) + 2) if t in busy]
         if not shares:
@@ -505,8 +508,8 @@ def stalls_by_load(rows, busy: dict[int, float]) -> list[dict]:
         load = sum(shares) / len(shares)
         bucket = next(b for b, (lo, hi) in zip(counts, LOAD_BUCKETS, strict=True) if lo <= load < hi)
         bucket["steps"] += 1
-        bucket["timed_calls"] += calls[0]
-        bucket["stalled_calls"] += calls[1]
+        bucket["timed_calls"] += n_timed
+        bucket["stalled_calls"] += n_stalled
     return [b for b in counts if b["steps"]]
 
 
@@ -519,16 +522,6 @@ def describe_stalls_by_load(buckets: list[dict]) -> str | None:
         for b in buckets if b["timed_calls"]
     ]
     return "timed calls stalled, by the other CPUs' busy share during the step: " + "; ".join(parts)
-
-
-def _ok_paper_counts(rows):
-    """(result, timed calls, stalled calls) of each ok paper-protocol time result with timings:
-    the results of the run's stall-rate headline (:func:`l1bench.stalls.stall_rate`)."""
-    for res in rows:
-        if res.get("kind") == "time" and res.get("status") == Status.OK:
-            counts = stalls.timed_and_stalled(res)
-            if counts is not None:
-                yield res, counts[0], counts[1]
 
 
 def stall_burst(rows, window_s: float = 10.0) -> dict | None:

@@ -109,16 +109,22 @@ def timed_and_stalled(res: dict) -> tuple[int, int] | None:
     return sum(map(len, res["ref_ms"])) + sum(map(len, res.get("custom_ms") or [])), info["stalled_calls"]
 
 
+def ok_timed_and_stalled(results):
+    """(result, timed calls, stalled calls) of each ok paper-protocol result with timings: the
+    results every stall rate counts (:func:`stall_rate`, and l1bench.stagetimes' lines)."""
+    for res in results:
+        counts = timed_and_stalled(res) if res.get("status") == Status.OK else None
+        if counts is not None:
+            yield res, counts[0], counts[1]
+
+
 def stall_rate(results) -> dict:
     """Over paper-protocol result dicts: results, timed calls, stalled calls, flagged results."""
     out = {"results": 0, "timed_calls": 0, "stalled_calls": 0, "flagged": 0}
-    for res in results:
-        counts = timed_and_stalled(res) if res.get("status") == Status.OK else None
-        if counts is None:
-            continue
+    for res, n_timed, n_stalled in ok_timed_and_stalled(results):
         out["results"] += 1
-        out["timed_calls"] += counts[0]
-        out["stalled_calls"] += counts[1]
+        out["timed_calls"] += n_timed
+        out["stalled_calls"] += n_stalled
         out["flagged"] += outlier_flag(res) is not None
     return out
 
