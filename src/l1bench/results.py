@@ -21,9 +21,11 @@ so results compare with plain strings from JSON or pandas, and JSON holds the pl
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import Enum
+from pathlib import Path
 from typing import Any
 
 
@@ -243,6 +245,21 @@ class TaskResult:
 
 
 #: What in custom code marks it as compiling a C++/CUDA extension (torch.utils.cpp_extension).
+#: The list of results ``l1bench retime prepare`` copied into a results tree (paths relative to
+#: it): an earlier run made them, so a report of the tree's own run leaves them out
+#: (l1bench.stagetimes).
+PREPARED = "prepared.json"
+
+
+def prepared(root) -> set[str]:
+    """The results ``l1bench retime prepare`` copied into ``root`` (relative paths; empty
+    without a list)."""
+    try:
+        return set(json.loads((Path(root) / PREPARED).read_text()).get("copied", []))
+    except (OSError, ValueError, AttributeError):
+        return set()
+
+
 EXTENSION_MARKERS = ("cpp_extension", "load_inline")
 
 

@@ -26,20 +26,9 @@ from pathlib import Path
 
 from l1bench.compare import load_task_list
 from l1bench.io import atomic_write_text
-from l1bench.results import Status
+from l1bench.results import PREPARED, Status, prepared
 
 STAGES = ("build", "check")
-#: The list of results :func:`prepare` copied into a tree (paths relative to it): they were made
-#: by an earlier run, so a report of this tree's own run leaves them out (l1bench.stagetimes).
-PREPARED = "prepared.json"
-
-
-def prepared(root) -> set[str]:
-    """The results :func:`prepare` copied into ``root`` (relative paths; empty without a list)."""
-    try:
-        return set(json.loads((Path(root) / PREPARED).read_text()).get("copied", []))
-    except (OSError, ValueError, AttributeError):
-        return set()
 
 
 def checked_tasks(src: Path) -> list[str]:
@@ -54,8 +43,8 @@ def prepare(src: Path, dest: Path, tids: list[str], ext_from: Path | None = None
     fail). With ``keep_design``, also the time results that need no new timing: scored with
     that design, or not scored (no code, incorrect...: the design does not change them), so a
     run continues a re-timing where an earlier one stopped. Existing files in ``dest`` are
-    kept. The copied results are listed in ``dest``/:data:`PREPARED` (added to an earlier
-    list). Returns counts."""
+    kept. The copied results are listed in ``dest``/:data:`l1bench.results.PREPARED` (added to
+    an earlier list). Returns counts."""
     src, dest = Path(src), Path(dest)
     unknown = set(stages) - set(STAGES)
     if unknown:

@@ -19,6 +19,7 @@ from pathlib import Path
 from tabulate import tabulate
 
 from l1bench import stalls
+from l1bench.results import prepared
 
 
 def stage_of(res: dict) -> str:
@@ -38,10 +39,8 @@ PREPARED_KEY = "_prepared"
 def results(root, since: str | None = None, until: str | None = None):
     """The build/check/time results under ``root``; with ``since``/``until`` (ISO times),
     only those whose worker started in that window (one call of a chunked run). A result that
-    ``l1bench retime prepare`` copied in (:func:`l1bench.retime.prepared`) carries
+    ``l1bench retime prepare`` copied in (:func:`l1bench.results.prepared`) carries
     :data:`PREPARED_KEY`."""
-    from l1bench.retime import prepared  # retime imports compare, which needs pandas: only here
-
     lo_t, hi_t = (_when(since) if since else None), (_when(until) if until else None)
     copied = prepared(root)
     for path in Path(root).glob("**/*.json"):
