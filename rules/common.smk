@@ -17,7 +17,16 @@ NOT_INSTALLED = (
 
 try:
     from l1bench import release as rel
-    from l1bench import archive, fetch, freshness, lifeline, plan, preflight, recovery
+    from l1bench import (
+        archive,
+        fetch,
+        freshness,
+        hostclock,
+        lifeline,
+        plan,
+        preflight,
+        recovery,
+    )
     from l1bench.runner import compile_threads
     from l1bench.io import logs_dir
     from l1bench.results import AGREEMENT
@@ -73,15 +82,17 @@ def check_release_dir():
 check_release_dir()
 
 
-def check_compile_threads():
-    """A bad L1BENCH_COMPILE_THREADS stops the run (one line), before any job reads it."""
+def check_environment():
+    """A bad L1BENCH_COMPILE_THREADS or L1BENCH_HOST_PROBE stops the run (one line), before
+    any job reads it."""
     try:
         compile_threads()
+        hostclock.probe_setting()
     except ValueError as err:
         raise WorkflowError(str(err)) from None
 
 
-check_compile_threads()
+check_environment()
 
 
 def release_root():

@@ -45,7 +45,7 @@ except KeyboardInterrupt:
 """
 
 
-def device_run(tmp_path, checks: int, failures: int, watch_s: int = 5, budget_s: int = 300):
+def device_run(tmp_path, checks: int, failures: int, watch_s: int = 5, budget_s: int = 300, **env_extra):
     """device_run.sh in a copy of the repository with the stand-ins: (process, wall seconds)."""
     repo, bin_dir, out = tmp_path / "repo", tmp_path / "bin", tmp_path / "out"
     for name in ("pyproject.toml", "README.md", "scripts/offline_install.sh", "scripts/device_run.sh", "src/l1bench"):
@@ -59,6 +59,8 @@ def device_run(tmp_path, checks: int, failures: int, watch_s: int = 5, budget_s:
         (bin_dir / name).chmod(0o755)
     env = dict(os.environ, PATH=f"{bin_dir}{os.pathsep}{os.environ['PATH']}", L1_SITE=str(tmp_path / "site"),
                PIP_NO_INDEX="1", PYTHONPATH="", WATCH_S=str(watch_s), DRAIN_S="5")
+    env.pop("L1BENCH_HOST_PROBE", None)
+    env.update(env_extra)
     t0 = time.monotonic()
     proc = subprocess.run(["bash", "scripts/device_run.sh", str(budget_s), str(out)], cwd=repo, env=env,
                           capture_output=True, text=True, timeout=400, check=False)
@@ -78,6 +80,7 @@ def test_the_watchdog_stops_a_run_whose_time_jobs_all_fail(tmp_path):
     expected = max(1, min(3 * ncpu // 4, 2))
     assert f"compile-mode jobs at once: {expected} (GPU memory 24576 MiB, {ncpu} CPUs)" in proc.stdout
     assert "code-generation threads each: 1" in proc.stdout  # COMPILE_THREADS unset: as before
+    assert "CPU probe" not in proc.stdout  # HOST_PROBE unset: off
     with tarfile.open(tmp_path / "out" / "results.tgz") as tgz:
         assert "results/h100/check/L1_T002.json" in tgz.getnames()
     assert (tmp_path / "out" / "tree").read_text() == "results/h100\n"  # the tree it wrote, for its caller
@@ -87,7 +90,8 @@ def test_the_watchdog_stops_a_run_whose_time_jobs_all_fail(tmp_path):
 def test_the_watchdog_lets_a_run_with_some_failures_go_on(tmp_path):
     """10 failed jobs among 12 results written is a run going on, not a broken one: no
     watchdog; the run ends at its budget (20 s here: exit 124) and is packed."""
-    proc, wall = device_run(tmp_path, checks=12, failures=10, budget_s=20)
+    proc, wall = device_run(tmp_path, checks=12, failures=10, budget_s=20, HOST_PROBE="record")
     assert "watchdog" not in proc.stdout, proc.stdout
+    assert "CPU probe between timed pairs: L1BENCH_HOST_PROBE=record" in proc.stdout
     assert "snakemake exit 124 after" in proc.stdout and wall >= 20
     assert (tmp_path / "out" / "results.tgz").exists()

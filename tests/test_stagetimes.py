@@ -342,3 +342,24 @@ def test_stalls_by_where_a_design_7_step_ran():
     assert line.endswith("a task worker's first step 0.0 (0 of 20, 1 steps); its later steps 75.0 (3 of 40, 2 steps); "
                          "one-shot jobs 50.0 (1 of 20, 1 steps)")
     assert stagetimes.describe_stalls_by_worker_step(stagetimes.stalls_by_worker_step(rows[3:4])) is None
+
+
+def test_the_cpu_probe_line_sums_the_results_that_ran_it():
+    """Only paper time results carrying host_timing.probe count; runs without it get no line."""
+    def res(probe, causes=None, protocol="paper"):
+        return {"kind": "time", "status": "ok", "protocol": protocol,
+                "host_timing": {"stall_causes": causes or {}, **({"probe": probe} if probe else {})}}
+
+    a = {"setting": "retime", "probes": 141, "median_us": 8.2, "max_us": 90.0, "slow": 3,
+         "pairs_beside_slow": 4, "retimed": 4}
+    b = {"setting": "retime", "probes": 59, "median_us": 9.1, "max_us": 12.0, "slow": 0,
+         "pairs_beside_slow": 0, "retimed": 0}
+    rows = [res(a, {"cpu_slow": 2, "host_slow": 1}), res(b), res(None, {"host_slow": 5}),
+            res({**a, "slow": 99}, protocol="strict"), {"kind": "check"}]
+    probe = stagetimes.cpu_probe(rows)
+    assert probe == {"results": 2, "settings": ["retime"], "probes": 200, "median_us": 9.1, "slow": 3,
+                     "pairs_beside_slow": 4, "retimed": 4, "cpu_slow": 2}
+    line = stagetimes.describe_cpu_probe(probe)
+    assert line.startswith("CPU probe (L1BENCH_HOST_PROBE=retime) in 2 results: 200 probes")
+    assert "3 slow (15.0 per 1000); 4 pairs beside a slow one, 4 of them timed again" in line
+    assert stagetimes.cpu_probe([res(None)]) is None and stagetimes.describe_cpu_probe(None) is None

@@ -596,12 +596,48 @@ def describe_stalls_by_worker_step(by_place: dict[str, list[int]]) -> str | None
 
 def stall_causes(rows) -> Counter:
     """Why the paper results' stalled calls were stretched (``host_timing.stall_causes``, from
-    :func:`l1bench.hostclock.stall_cause`): preempted, host_lost, host_slow, gpu."""
+    :func:`l1bench.hostclock.stall_cause`): preempted, host_lost, host_slow, driver_blocked,
+    gpu, and cpu_slow where the CPU probe ran."""
     causes: Counter = Counter()
     for res in rows:
         if res.get("kind") == "time" and res.get("protocol", "paper") == "paper":
             causes.update((res.get("host_timing") or {}).get("stall_causes") or {})
     return causes
+
+
+def cpu_probe(rows) -> dict | None:
+    """The CPU probe's counts over the paper results that ran it (``host_timing.probe``, opt-in
+    ``L1BENCH_HOST_PROBE``: :class:`l1bench.hostclock.CpuProbe`); None when none did."""
+    got = [
+        probe for res in rows
+        if res.get("kind") == "time" and res.get("protocol", "paper") == "paper"
+        and (probe := (res.get("host_timing") or {}).get("probe"))
+    ]
+    if not got:
+        return None
+    medians = sorted(p["median_us"] for p in got if p.get("median_us") is not None)
+    return {
+        "results": len(got),
+        "settings": sorted({p.get("setting", "?") for p in got}),
+        "probes": sum(p.get("probes", 0) for p in got),
+        "median_us": medians[len(medians) // 2] if medians else None,
+        "slow": sum(p.get("slow", 0) for p in got),
+        "pairs_beside_slow": sum(p.get("pairs_beside_slow", 0) for p in got),
+        "retimed": sum(p.get("retimed", 0) for p in got),
+        "cpu_slow": stall_causes(rows).get("cpu_slow", 0),
+    }
+
+
+def describe_cpu_probe(probe: dict | None) -> str | None:
+    if not probe:
+        return None
+    per_1000 = 1000 * probe["slow"] / probe["probes"] if probe["probes"] else 0.0
+    return (
+        f"CPU probe (L1BENCH_HOST_PROBE={'/'.join(probe['settings'])}) in {probe['results']} results: "
+        f"{probe['probes']} probes, median {probe['median_us']} µs (the results' median), {probe['slow']} slow "
+        f"({per_1000:.1f} per 1000); {probe['pairs_beside_slow']} pairs beside a slow one, "
+        f"{probe['retimed']} of them timed again; stalled calls beside one (cpu_slow): {probe['cpu_slow']}"
+    )
 
 
 def timing_cpu_of(rows) -> int | None:
@@ -711,7 +747,11 @@ def report(root, samples=None, since=None, until=None, bullet: str = "") -> str:
     if causes:
         lines[-1] += " (the host clock's causes of the stalled calls it saw, retimed pairs' included: " + ", ".join(
             f"{name} {n}" for name, n in causes.most_common()) + ")"
-    for extra in (describe_stall_burst(stall_burst(rows)), describe_stalls_by_worker_step(stalls_by_worker_step(rows))):
+    for extra in (
+        describe_stall_burst(stall_burst(rows)),
+        describe_stalls_by_worker_step(stalls_by_worker_step(rows)),
+        describe_cpu_probe(cpu_probe(rows)),
+    ):
         if extra:
             lines.append(extra)
     if not (since or until):  # a window holds one call of a chunked run, not the selection

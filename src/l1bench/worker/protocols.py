@@ -124,7 +124,8 @@ class PaperProtocol(TimingProtocol):
             return base, custom, streams, make_inputs(get_inputs, device, on_dev)
 
         timings: dict = {"ref_ms": [], "custom_ms": [], "trial_scores": []}
-        clock, ledger = hostclock.ThreadClock(), hostclock.Ledger()
+        probe = hostclock.CpuProbe.from_env()  # None unless L1BENCH_HOST_PROBE asks for it
+        clock, ledger = hostclock.ThreadClock(), hostclock.Ledger(probe=probe)
 
         def timed(base, custom, streams, warm_inputs, outer):
             """The trial's warm-up calls and timed pairs (one exclusive section)."""
@@ -144,6 +145,7 @@ class PaperProtocol(TimingProtocol):
                     clock,
                     # called inside timed_pairs, in this call
                     reset=lambda: renew_allocator(base, custom, warm_inputs, device),
+                    probe=probe,
                 )
 
         # Design 5 (shared sections): the models are placed in a shared section, the warm-up
