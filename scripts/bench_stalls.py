@@ -31,9 +31,11 @@ manager do to a timed call that calls into it too.
 Per activity: timed calls, stalled calls per 1000 (>= 3x the median and >= 1 ms over it, as
 l1bench.stalls counts them), each stall's cause from the timing thread's own accounting
 (l1bench.hostclock: preempted / host_lost / host_slow / gpu), calls during whose launch the
-thread was kept from running (disturbed) per 1000, the timing CPU's interrupt, softirq,
-system and steal time (/proc/stat) and interrupts (/proc/interrupts), and how much work the
-interferers did. With ``--isolate-system`` (root) the machine-wide isolation of the timing CPU
+thread was kept from running (disturbed) per 1000, the CPU probe's time after each tiny call
+and how often it was slow (l1bench.hostclock.CpuProbe: the timing CPU itself slowed; on --cpu
+the copy every 20th call runs on the CPU and slows the probes near it), the timing CPU's
+interrupt, softirq, system and steal time (/proc/stat) and interrupts (/proc/interrupts), and
+how much work the interferers did. With ``--isolate-system`` (root) the machine-wide isolation of the timing CPU
 (timingcpus.isolate_system) is applied afterwards and ``idle`` and ``all`` are measured again.
 
     python scripts/bench_stalls.py --seconds 6 --json results/h100/bench/stalls-activities.json
@@ -242,7 +244,9 @@ def interrupts_on(cpu: int) -> dict:
 
 
 def time_calls(seconds: float, cpu: bool, timing_cpu: int, rest: set) -> dict:
-    """Tiny calls, and a ~0.5 ms one every 20th call, for ``seconds`` from the timing CPU."""
+    """Tiny calls, and a ~0.5 ms one every 20th call, for ``seconds`` from the timing CPU; after
+    each tiny call the CPU probe of the timed pairs (:class:`l1bench.hostclock.CpuProbe`): was
+    the timing CPU itself slowed by what the others do?"""
     import torch
 
     from l1bench.worker import time_call
@@ -262,7 +266,8 @@ def time_calls(seconds: float, cpu: bool, timing_cpu: int, rest: set) -> dict:
     for fn in (tiny, medium):
         for _ in range(5):
             time_call(fn, (), dev)
-    out = {"tiny": [], "medium": [], "alloc": []}
+    out: dict = {"tiny": [], "medium": [], "alloc": []}
+    probe = hostclock.CpuProbe()
     os.sched_setaffinity(0, {timing_cpu})
     try:
         with hostclock.ThreadClock() as clock:
@@ -277,9 +282,13 @@ def time_calls(seconds: float, cpu: bool, timing_cpu: int, rest: set) -> dict:
                 fn = {"tiny": tiny, "medium": medium, "alloc": alloc}[kind]
                 ms, launch = time_call(fn, (), dev, (), clock)
                 out[kind].append((ms, launch))
+                if kind == "tiny":  # not after the copy: on --cpu it runs on the CPU, and slows the probe
+                    probe.measure()
                 i += 1
     finally:
         os.sched_setaffinity(0, rest)
+    summary = probe.summary()
+    out["probe"] = summary | {"slow_per_1000": round(1000 * summary["slow"] / max(1, summary["probes"]), 3)}
     return out
 
 
@@ -364,10 +373,11 @@ def run_phase(name: str, args, timing_cpu: int, rest: set) -> dict:
         "tiny": summarise(calls["tiny"]),
         "medium": summarise(calls["medium"]),
         "alloc": summarise(calls["alloc"]),
+        "probe": calls["probe"],
         "timing_cpu_jiffies": {n: b - a for n, a, b in zip(names, stat0, stat1, strict=False)},
         "timing_cpu_interrupts": dict(sorted(irq_delta.items(), key=lambda kv: -kv[1])[:8]),
     }
-    t, m, a = res["tiny"], res["medium"], res["alloc"]
+    t, m, a, pr = res["tiny"], res["medium"], res["alloc"], res["probe"]
     print(
         f"{name:19s} tiny {t['calls']:7d} calls, median {1000 * t.get('median_ms', 0):.1f} us, "
         f"stalled {t.get('stalled_per_1000', 0):6.2f}/1000 "
@@ -375,6 +385,7 @@ def run_phase(name: str, args, timing_cpu: int, rest: set) -> dict:
         f"| medium stalled {m.get('stalled_per_1000', 0):6.2f}/1000 {m.get('causes', {})} "
         f"| alloc median {a.get('median_ms', 0):.3f} ms p99 {a.get('p99_ms', 0):.3f} max {a.get('max_ms', 0):.2f}, "
         f"stalled {a.get('stalled_per_1000', 0):6.1f}/1000 {a.get('causes', {})} "
+        f"| CPU probe median {pr['median_us']} us max {pr['max_us']} us, slow {pr['slow_per_1000']:.2f}/1000 "
         f"| cpu{timing_cpu} irq+softirq {res['timing_cpu_jiffies']['irq'] + res['timing_cpu_jiffies']['softirq']} "
         f"sys {res['timing_cpu_jiffies']['system']} steal {res['timing_cpu_jiffies']['steal']} | work {done}",
         flush=True,
