@@ -363,3 +363,28 @@ def test_the_cpu_probe_line_sums_the_results_that_ran_it():
     assert line.startswith("CPU probe (L1BENCH_HOST_PROBE=retime) in 2 results: 200 probes")
     assert "3 slow (15.0 per 1000); 4 pairs beside a slow one, 4 of them timed again" in line
     assert stagetimes.cpu_probe([res(None)]) is None and stagetimes.describe_cpu_probe(None) is None
+
+
+def test_kept_stalls_count_the_listed_calls_left_in_the_scores_and_their_episodes():
+    cols = ["trial", "pair", "side", "event_ms", "retimed", "stall_cause", "launch_wall_us", "run_us", "wait_us",
+            "lost_us", "nvcsw", "nivcsw"]
+
+    def res(rows, status="ok"):
+        return {"kind": "time", "status": status, "protocol": "paper",
+                "host_timing": {"columns": cols, "calls_listed": [[*r, 0, 0, 0, 0, 0, 0] for r in rows]}}
+
+    rows = [
+        res([[4, 4, "ref", 5.5, 0, "host_slow"], [4, 4, "custom", 4.9, 0, "host_slow"],  # one pair, both sides
+             [4, 6, "ref", 1.8, 0, "host_slow"], [4, 7, "ref", 1.8, 0, "driver_blocked"],  # neighbours
+             [2, 3, "custom", 7.4, 0, "host_slow"],  # alone
+             [1, 2, "ref", 3.0, 1, "host_lost"],  # retimed: not in the score
+             [1, 5, "ref", 0.1, 0, "-"]]),  # disturbed, not stalled
+        res([[0, 0, "ref", 9.0, 0, "gpu"]], status="incorrect"),  # not an ok result
+        {"kind": "check"},
+    ]
+    kept = stagetimes.kept_stalls(rows)
+    assert kept == {"calls": 5, "causes": {"host_slow": 4, "driver_blocked": 1}, "in_episodes": 4}
+    line = stagetimes.describe_kept_stalls(kept)
+    assert line == ("stalled calls left in the scores, as the host clock saw them: 5 (host_slow 4, driver_blocked 1); "
+                    "4 of them beside another stalled call of their trial (the same or the next pair)")
+    assert stagetimes.kept_stalls([res([[1, 2, "ref", 3.0, 1, "host_lost"]])]) is None

@@ -605,6 +605,42 @@ def stall_causes(rows) -> Counter:
     return causes
 
 
+def kept_stalls(rows) -> dict | None:
+    """The stalled calls left in the ok paper results' scores (``host_timing.calls_listed``
+    rows with a cause and not retimed; up to the ledger's ``keep`` rows a result): by cause, and
+    how many had the other side of their pair or a neighbouring pair of their trial stalled too
+    (an episode: something slowed the timing CPU for milliseconds, whatever it launched). None
+    when no result lists any."""
+    causes: Counter = Counter()
+    in_episodes = total = 0
+    for res in rows:
+        if res.get("kind") != "time" or res.get("protocol", "paper") != "paper" or res.get("status") != "ok":
+            continue
+        ht = res.get("host_timing") or {}
+        cols = ht.get("columns")
+        if not cols:
+            continue
+        listed = [dict(zip(cols, row, strict=False)) for row in ht.get("calls_listed") or []]
+        kept = [r for r in listed if r.get("stall_cause", "-") != "-" and not r.get("retimed")]
+        spots = Counter((r["trial"], r["pair"]) for r in kept)
+        for r in kept:
+            total += 1
+            causes[r["stall_cause"]] += 1
+            t, p = r["trial"], r["pair"]
+            in_episodes += spots[(t, p)] > 1 or (t, p - 1) in spots or (t, p + 1) in spots
+    return {"calls": total, "causes": causes, "in_episodes": in_episodes} if total else None
+
+
+def describe_kept_stalls(kept: dict | None) -> str | None:
+    if not kept:
+        return None
+    return (
+        f"stalled calls left in the scores, as the host clock saw them: {kept['calls']} ("
+        + ", ".join(f"{name} {n}" for name, n in kept["causes"].most_common())
+        + f"); {kept['in_episodes']} of them beside another stalled call of their trial (the same or the next pair)"
+    )
+
+
 def cpu_probe(rows) -> dict | None:
     """The CPU probe's counts over the paper results that ran it (``host_timing.probe``, opt-in
     ``L1BENCH_HOST_PROBE``: :class:`l1bench.hostclock.CpuProbe`); None when none did."""
@@ -750,6 +786,7 @@ def report(root, samples=None, since=None, until=None, bullet: str = "") -> str:
     for extra in (
         describe_stall_burst(stall_burst(rows)),
         describe_stalls_by_worker_step(stalls_by_worker_step(rows)),
+        describe_kept_stalls(kept_stalls(rows)),
         describe_cpu_probe(cpu_probe(rows)),
     ):
         if extra:
