@@ -2,7 +2,10 @@
 
 One process times calls with CUDA events from a thread pinned to the timing CPU (the highest
 CPU), as the lock holder does: a tiny kernel (~10 µs, launch-bound) and, every 20th call, a
-~0.5 ms copy. Meanwhile other processes, kept off the timing CPU as the workflow keeps its jobs,
+~0.5 ms copy, an allocating call (below) and a host-heavy call (``launch``: 50 tiny kernels
+launched from Python, ~0.5 ms of launching, as a model's forward is; a tiny call cannot show a
+CPU that runs 10x slower for a few ms, since 10x its ~10 µs is under the 1 ms a stall must add,
+and this one can). Meanwhile other processes, kept off the timing CPU as the workflow keeps its jobs,
 do one kind of work at a time, each something a job of the workflow does outside the GPU lock:
 
     idle                nothing (the floor)
@@ -243,6 +246,10 @@ def interrupts_on(cpu: int) -> dict:
     return out
 
 
+#: Tiny kernels a ``launch`` call launches (its time is the launching: host-bound).
+LAUNCHES = 50
+
+
 def time_calls(seconds: float, cpu: bool, timing_cpu: int, rest: set) -> dict:
     """Tiny calls, and a ~0.5 ms one every 20th call, for ``seconds`` from the timing CPU; after
     each tiny call the CPU probe of the timed pairs (:class:`l1bench.hostclock.CpuProbe`): was
@@ -256,6 +263,11 @@ def time_calls(seconds: float, cpu: bool, timing_cpu: int, rest: set) -> dict:
     big_src = torch.ones(2**26 if cpu else 2**28, device=dev)
     big_dst = torch.empty_like(big_src)
     tiny = lambda: x.add_(1)  # noqa: E731
+
+    def host_heavy():  # host-heavy: the launching is the call's time, as in a model's forward
+        for _ in range(LAUNCHES):
+            x.add_(1)
+
     medium = lambda: big_dst.copy_(big_src)  # noqa: E731
     held: list = []
 
@@ -263,10 +275,10 @@ def time_calls(seconds: float, cpu: bool, timing_cpu: int, rest: set) -> dict:
         held.append(torch.empty(1 << 20, device=dev))
         x.add_(1)
 
-    for fn in (tiny, medium):
+    for fn in (tiny, medium, host_heavy):
         for _ in range(5):
             time_call(fn, (), dev)
-    out: dict = {"tiny": [], "medium": [], "alloc": []}
+    out: dict = {"tiny": [], "medium": [], "alloc": [], "launch": []}
     probe = hostclock.CpuProbe()
     os.sched_setaffinity(0, {timing_cpu})
     try:
@@ -274,12 +286,12 @@ def time_calls(seconds: float, cpu: bool, timing_cpu: int, rest: set) -> dict:
             end = time.monotonic() + seconds
             i = 0
             while time.monotonic() < end:
-                kind = "medium" if i % 20 == 19 else "alloc" if i % 20 == 9 else "tiny"
+                kind = {19: "medium", 9: "alloc", 4: "launch"}.get(i % 20, "tiny")
                 if kind == "alloc":  # the allocator's cache emptied first: a real cudaMalloc
                     held.clear()
                     if not cpu:
                         torch.cuda.empty_cache()
-                fn = {"tiny": tiny, "medium": medium, "alloc": alloc}[kind]
+                fn = {"tiny": tiny, "medium": medium, "alloc": alloc, "launch": host_heavy}[kind]
                 ms, launch = time_call(fn, (), dev, (), clock)
                 out[kind].append((ms, launch))
                 if kind == "tiny":  # not after the copy: on --cpu it runs on the CPU, and slows the probe
@@ -373,11 +385,12 @@ def run_phase(name: str, args, timing_cpu: int, rest: set) -> dict:
         "tiny": summarise(calls["tiny"]),
         "medium": summarise(calls["medium"]),
         "alloc": summarise(calls["alloc"]),
+        "launch": summarise(calls["launch"]),
         "probe": calls["probe"],
         "timing_cpu_jiffies": {n: b - a for n, a, b in zip(names, stat0, stat1, strict=False)},
         "timing_cpu_interrupts": dict(sorted(irq_delta.items(), key=lambda kv: -kv[1])[:8]),
     }
-    t, m, a, pr = res["tiny"], res["medium"], res["alloc"], res["probe"]
+    t, m, a, la, pr = res["tiny"], res["medium"], res["alloc"], res["launch"], res["probe"]
     print(
         f"{name:19s} tiny {t['calls']:7d} calls, median {1000 * t.get('median_ms', 0):.1f} us, "
         f"stalled {t.get('stalled_per_1000', 0):6.2f}/1000 "
@@ -385,6 +398,8 @@ def run_phase(name: str, args, timing_cpu: int, rest: set) -> dict:
         f"| medium stalled {m.get('stalled_per_1000', 0):6.2f}/1000 {m.get('causes', {})} "
         f"| alloc median {a.get('median_ms', 0):.3f} ms p99 {a.get('p99_ms', 0):.3f} max {a.get('max_ms', 0):.2f}, "
         f"stalled {a.get('stalled_per_1000', 0):6.1f}/1000 {a.get('causes', {})} "
+        f"| launch median {la.get('median_ms', 0):.3f} ms max {la.get('max_ms', 0):.2f}, "
+        f"stalled {la.get('stalled_per_1000', 0):6.1f}/1000 {la.get('causes', {})} "
         f"| CPU probe median {pr['median_us']} us max {pr['max_us']} us, slow {pr['slow_per_1000']:.2f}/1000 "
         f"| cpu{timing_cpu} irq+softirq {res['timing_cpu_jiffies']['irq'] + res['timing_cpu_jiffies']['softirq']} "
         f"sys {res['timing_cpu_jiffies']['system']} steal {res['timing_cpu_jiffies']['steal']} | work {done}",

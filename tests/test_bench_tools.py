@@ -22,7 +22,7 @@ def test_bench_stalls_times_calls_under_each_activity(tmp_path):
     assert set(phases) == {"idle", "cpu_python"}
     for p in phases.values():
         assert p["tiny"]["calls"] > 0 and "stalled_per_1000" in p["tiny"] and "causes" in p["tiny"]
-        assert "alloc" in p and "timing_cpu_jiffies" in p
+        assert "alloc" in p and "timing_cpu_jiffies" in p and p["launch"]["calls"] > 0
         assert p["probe"]["probes"] == p["tiny"]["calls"] and "slow_per_1000" in p["probe"]  # one after each tiny call
     assert phases["cpu_python"]["interferer_iterations"]["cpu_python"] > 0  # the interferers ran
     assert phases["idle"]["interferers"] == {}
