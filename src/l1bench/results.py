@@ -241,10 +241,6 @@ class TaskResult:
         return cls(kind, base["tid"], Status(base["status"]), base["reason"], extra=data, **known)
 
 
-# --------------------------------------------------------------------------- what needs a worker
-
-
-#: What in custom code marks it as compiling a C++/CUDA extension (torch.utils.cpp_extension).
 #: The list of results ``l1bench retime prepare`` copied into a results tree (paths relative to
 #: it): an earlier run made them, so a report of the tree's own run leaves them out
 #: (l1bench.stagetimes).
@@ -260,6 +256,10 @@ def prepared(root) -> set[str]:
         return set()
 
 
+# --------------------------------------------------------------------------- what needs a worker
+
+
+#: What in custom code marks it as compiling a C++/CUDA extension (torch.utils.cpp_extension).
 EXTENSION_MARKERS = ("cpp_extension", "load_inline")
 
 
