@@ -594,14 +594,19 @@ def describe_stalls_by_worker_step(by_place: dict[str, list[int]]) -> str | None
     return "timed calls stalled per 1000, by where the step ran: " + "; ".join(parts)
 
 
+def _paper_time(rows):
+    """The paper-protocol time results among ``rows`` (any status): what the host clock's
+    lines read (:func:`stall_causes`, :func:`kept_stalls`, :func:`cpu_probe`)."""
+    return (r for r in rows if r.get("kind") == "time" and r.get("protocol", "paper") == "paper")
+
+
 def stall_causes(rows) -> Counter:
     """Why the paper results' stalled calls were stretched (``host_timing.stall_causes``, from
     :func:`l1bench.hostclock.stall_cause`): preempted, host_lost, host_slow, driver_blocked,
     gpu, and cpu_slow where the CPU probe ran."""
     causes: Counter = Counter()
-    for res in rows:
-        if res.get("kind") == "time" and res.get("protocol", "paper") == "paper":
-            causes.update((res.get("host_timing") or {}).get("stall_causes") or {})
+    for res in _paper_time(rows):
+        causes.update((res.get("host_timing") or {}).get("stall_causes") or {})
     return causes
 
 
@@ -613,8 +618,8 @@ def kept_stalls(rows) -> dict | None:
     when no result lists any."""
     causes: Counter = Counter()
     in_episodes = total = 0
-    for res in rows:
-        if res.get("kind") != "time" or res.get("protocol", "paper") != "paper" or res.get("status") != "ok":
+    for res in _paper_time(rows):
+        if res.get("status") != "ok":
             continue
         ht = res.get("host_timing") or {}
         cols = ht.get("columns")
@@ -644,13 +649,10 @@ def describe_kept_stalls(kept: dict | None) -> str | None:
 def cpu_probe(rows) -> dict | None:
     """The CPU probe's counts over the paper results that ran it (``host_timing.probe``, opt-in
     ``L1BENCH_HOST_PROBE``: :class:`l1bench.hostclock.CpuProbe`); None when none did."""
-    got = [
-        probe for res in rows
-        if res.get("kind") == "time" and res.get("protocol", "paper") == "paper"
-        and (probe := (res.get("host_timing") or {}).get("probe"))
-    ]
-    if not got:
+    ran = [ht for res in _paper_time(rows) if (ht := res.get("host_timing") or {}).get("probe")]
+    if not ran:
         return None
+    got = [ht["probe"] for ht in ran]
     medians = sorted(p["median_us"] for p in got if p.get("median_us") is not None)
     return {
         "results": len(got),
@@ -660,7 +662,8 @@ def cpu_probe(rows) -> dict | None:
         "slow": sum(p.get("slow", 0) for p in got),
         "pairs_beside_slow": sum(p.get("pairs_beside_slow", 0) for p in got),
         "retimed": sum(p.get("retimed", 0) for p in got),
-        "cpu_slow": stall_causes(rows).get("cpu_slow", 0),
+        # only a result that ran the probe names a stall cpu_slow
+        "cpu_slow": sum((ht.get("stall_causes") or {}).get("cpu_slow", 0) for ht in ran),
     }
 
 
