@@ -276,14 +276,7 @@ class Ledger:
             if len(rows) < self.keep:
                 retimed = int((trial, pair) in self.retimed)
                 rows.append([trial, pair, side, round(ms, 4), retimed, cause or "-", *delta.as_row()])
-        extra = {}
-        if self.probe is not None:
-            extra["probe"] = self.probe.summary() | {
-                "pairs_beside_slow": len(self.probe_slow),
-                "retimed": len(self.probe_slow & self.retimed),
-                "pairs_listed": [list(tp) for tp in sorted(self.probe_slow)[: self.keep]],
-            }
-        return {
+        out = {
             "calls": len(self.calls),
             "host_known": len(known),
             "disturbed_calls": sum(self.disturbed(c[4], c[3]) for c in known),
@@ -297,7 +290,14 @@ class Ledger:
             "thread_wait_known": all(c[4].wait_ns is not None for c in known) if known else False,
             "columns": list(ROW_COLUMNS),
             "calls_listed": rows,
-        } | extra
+        }
+        if self.probe is not None:
+            out["probe"] = self.probe.summary() | {
+                "pairs_beside_slow": len(self.probe_slow),
+                "retimed": len(self.probe_slow & self.retimed),
+                "pairs_listed": [list(tp) for tp in sorted(self.probe_slow)[: self.keep]],
+            }
+        return out
 
 
 #: Columns of :meth:`Ledger.summary`'s ``calls_listed`` rows.

@@ -111,13 +111,14 @@ def timed_pairs(base, custom, make_inputs_fn, n: int, rng, device: str, streams,
     cus_ms: list = []
     budget, pair = retime_budget(n), 0
     first: dict = {}
-    slow_before = probe.measure() if probe is not None else False
+    slow_probe = probe.measure if probe is not None else lambda: False
+    slow_before = slow_probe()
     while len(ref_ms) < n:
         if not ref_ms and pair > 0 and reset is not None:
             reset()  # the first pair again, in the first pair's state
-            slow_before = probe.measure() if probe is not None else False
+            slow_before = slow_probe()
         got, launches = _time_pair(base, custom, make_inputs_fn, rng, device, streams, clock)
-        slow_after = probe.measure() if probe is not None else False
+        slow_after = slow_probe()
         disturbed = False
         for who in got:
             disturbed = ledger.record(launches[who], trial, pair, who, got[who]) or disturbed
