@@ -120,6 +120,44 @@ def test_call_times_of_two_runs_apart_from_their_scores(tmp_path):
     assert "custom 1.500× first call, 1.100× the others" in compare.render_run_to_run(rr, "a", "b")
 
 
+def test_the_spread_apart_for_gpu_bound_and_host_bound_tasks(tmp_path, capsys):
+    """A task whose custom side is launch-bound in one run counts as host-bound; one whose
+    results do not record launches is unknown; the CPU probe's ratio is the median over the
+    tasks whose two results ran it. Old results (no launches, no probe) get neither line nor
+    column."""
+    a, b = tmp_path / "a", tmp_path / "b"
+    calls = {"ref_ms": [[1.0] * 4], "custom_ms": [[0.1] * 4]}
+
+    def ht(custom_us, probe=None):
+        return {"host_timing": {"launch_median_us": {"ref": 50, "custom": custom_us},
+                                **({"probe": {"median_us": probe}} if probe else {})}}
+
+    _write_time(a, "L1_T001", 10.0, **calls, **ht(20, probe=20.0))  # GPU-bound in both: 1 %
+    _write_time(b, "L1_T001", 10.1, **calls, **ht(20, probe=17.0))
+    _write_time(a, "L1_T002", 10.0, **calls, **ht(20, probe=20.0))  # custom launch-bound in the second: 30 %
+    _write_time(b, "L1_T002", 13.0, **calls, **ht(95, probe=15.0))
+    _write_time(a, "L1_T003", 10.0, **calls)  # no launches recorded: unknown
+    _write_time(b, "L1_T003", 10.5, **calls)
+    rr = compare.run_to_run(a, b)
+    rows = {r["tid"]: r for r in rr["rows"]}
+    assert [rows[t]["host_bound"] for t in ("L1_T001", "L1_T002", "L1_T003")] == [[], ["custom"], None]
+    assert rr["bound"]["unknown"] == 1
+    assert rr["bound"]["gpu"] == {"n": 1, "median": pytest.approx(0.01), "max": pytest.approx(0.01), "within": 1}
+    assert rr["bound"]["host"] == {"n": 1, "median": pytest.approx(0.3), "max": pytest.approx(0.3), "within": 0}
+    assert rr["probe_ratio"] == {"n": 2, "median": pytest.approx((0.85 + 0.75) / 2)}
+    text = compare.render_run_to_run(rr, "a", "b", with_targets=True)
+    assert ("GPU-bound on both sides 1: median 1.0 %, max 1.0 %, 1 within ±15 %; host-bound 1: median 30.0 %, "
+            "max 30.0 %, 0 within ±15 %; 1 whose results do not record their launches") in text
+    assert "targets over the GPU-bound tasks only: median ≤ 5 %: met (1.0 %); ≥ 90 % within ±15 %: met (1 of 1" in text
+    assert "second run over first (median over 2 tasks): 0.800×" in text
+    assert "| Host-bound side" in text and "| custom " in text and "0.75×" in text
+    for c in (a, b):
+        (c / "time" / "paper" / "default" / "L1_T001.json").unlink()
+        (c / "time" / "paper" / "default" / "L1_T002.json").unlink()
+    text = compare.render_run_to_run(compare.run_to_run(a, b), "a", "b")
+    assert "bounds the timed calls" not in text and "CPU probe" not in text and "Host-bound side" not in text
+
+
 def test_cli_reports_a_bad_task_file_in_one_line(tmp_path, capsys):
     bad = tmp_path / "tasks.yaml"
     bad.write_text("modes: [default]\n")

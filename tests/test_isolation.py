@@ -235,6 +235,23 @@ def test_a_stall_beside_a_slow_probe_is_the_cpus():
     assert "probe" not in hostclock.Ledger().summary()  # results without the probe keep their form
 
 
+def test_a_side_is_host_bound_when_its_launch_is_most_of_its_timed_call():
+    """Shares from host_timing.launch_median_us (µs) over the median timed call (ms, every
+    trial's calls); a result without launches says nothing (None), one bound by the GPU []."""
+    res = {"ref_ms": [[1.0, 1.0], [1.2, 0.9]], "custom_ms": [[0.05, 0.05, 0.06]],
+           "host_timing": {"launch_median_us": {"ref": 100, "custom": 48}}}
+    assert hostclock.launch_shares(res) == {"ref": pytest.approx(0.1), "custom": pytest.approx(0.96)}
+    assert hostclock.host_bound_sides(res) == ["custom"]
+    assert hostclock.host_bound_sides(res, share=0.05) == ["ref", "custom"]
+    assert hostclock.host_bound_sides({**res, "custom_ms": [[1.0]]}) == []
+    no_custom = {"launch_median_us": {"ref": 100, "custom": None}}
+    assert hostclock.host_bound_sides({**res, "host_timing": no_custom}) is None
+    assert hostclock.host_bound_sides({k: v for k, v in res.items() if k != "host_timing"}) is None
+    assert hostclock.host_bound_sides({**res, "ref_ms": []}) is None
+    assert hostclock.probe_median_us(res) is None
+    assert hostclock.probe_median_us({"host_timing": {"probe": {"median_us": 17.1}}}) == 17.1
+
+
 def test_releasing_the_lock_moves_threads_started_in_the_section_off_the_timing_cpu(monkeypatch, tmp_path):
     masks = {0: set(range(16)), 101: set(range(16))}
     monkeypatch.setattr(os, "sched_getaffinity", lambda tid: set(masks[tid]))

@@ -388,3 +388,17 @@ def test_kept_stalls_count_the_listed_calls_left_in_the_scores_and_their_episode
     assert line == ("stalled calls left in the scores, as the host clock saw them: 5 (host_slow 4, driver_blocked 1); "
                     "4 of them beside another stalled call of their trial (the same or the next pair)")
     assert stagetimes.kept_stalls([res([[1, 2, "ref", 3.0, 1, "host_lost"]])]) is None
+
+
+def test_the_host_bound_line_counts_the_ok_paper_results_that_record_launches():
+    def res(custom_us, ref_us=10, status="ok", protocol="paper"):
+        return {"kind": "time", "status": status, "protocol": protocol, "ref_ms": [[1.0]], "custom_ms": [[0.1]],
+                "host_timing": {"launch_median_us": {"ref": ref_us, "custom": custom_us}}}
+
+    rows = [res(90), res(90, ref_us=900), res(5), res(5, ref_us=950), res(90, status="incorrect"),
+            res(90, protocol="strict"), {"kind": "time", "status": "ok", "protocol": "paper"}, {"kind": "check"}]
+    hb = stagetimes.host_bound(rows)
+    assert hb == {"known": 4, "custom": 1, "both": 1, "neither": 1, "ref": 1}
+    assert stagetimes.describe_host_bound(hb).endswith(
+        "median timed call): 3 of 4 (reference only 1, custom only 1, both 1); their scores move with the host's speed")
+    assert stagetimes.host_bound(rows[6:]) is None and stagetimes.describe_host_bound(None) is None

@@ -22,8 +22,8 @@ from pathlib import Path
 
 import pandas as pd
 
+from l1bench import hostclock, stalls
 from l1bench import release as rel
-from l1bench import stalls
 from l1bench.aggregate.conventions import MODE_LABELS, NA
 from l1bench.aggregate.markdown import fmt as _fmt
 from l1bench.aggregate.markdown import md_table
@@ -178,8 +178,13 @@ def run_to_run(first_root, second_root, mode: str = "default", protocol: str = "
             n = info["stalled_calls"] if info else 0
             stalled += n
             clean.append(info["score_without"] if n and info["score_without"] else score)
+        bound = [hostclock.host_bound_sides(r) for r in (ra, rb)]
+        probes = [hostclock.probe_median_us(r) for r in (ra, rb)]
         rows.append({"tid": tid, "first": sa, "second": sb, "rel_diff": abs(sb - sa) / sa, "early_stopped": stopped,
-                     "stalled_calls": stalled, "rel_diff_without_stalls": abs(clean[1] - clean[0]) / clean[0]})
+                     "stalled_calls": stalled, "rel_diff_without_stalls": abs(clean[1] - clean[0]) / clean[0],
+                     # sides host-bound in either run; None where a run's result does not say
+                     "host_bound": None if None in bound else [s for s in hostclock.SIDES if s in bound[0] + bound[1]],
+                     "probe_ratio": probes[1] / probes[0] if all(probes) else None})
     diffs = [r["rel_diff"] for r in rows]
     full = [r["rel_diff"] for r in rows if not r["early_stopped"]]
     clean = [r["rel_diff_without_stalls"] for r in rows]
@@ -201,7 +206,27 @@ def run_to_run(first_root, second_root, mode: str = "default", protocol: str = "
         "median_full": statistics.median(full) if full else None,
         "max_full": max(full) if full else None,
         "call_times": call_time_ratios(a, b),
+        "bound": by_bound(rows, tol),
+        "probe_ratio": _median_of(r["probe_ratio"] for r in rows),
     }
+
+
+def _median_of(values) -> dict:
+    got = [v for v in values if v is not None]
+    return {"n": len(got), "median": statistics.median(got) if got else None}
+
+
+def by_bound(rows: list[dict], tol: float = AGREEMENT) -> dict:
+    """The spread apart for the tasks whose timed calls are GPU-bound on both sides in both
+    runs (``gpu``) and those with a host-bound side in either (``host``,
+    :func:`l1bench.hostclock.host_bound_sides`): n, median and maximum relative difference,
+    and how many are within ``tol``; ``unknown`` counts the tasks whose results do not say."""
+    out: dict = {"unknown": sum(r.get("host_bound") is None for r in rows)}
+    for name, keep in (("gpu", lambda b: b == []), ("host", lambda b: bool(b))):
+        diffs = [r["rel_diff"] for r in rows if r.get("host_bound") is not None and keep(r["host_bound"])]
+        out[name] = {"n": len(diffs), "median": statistics.median(diffs) if diffs else None,
+                     "max": max(diffs) if diffs else None, "within": sum(d <= tol for d in diffs)}
+    return out
 
 
 def machine_of(results) -> dict:
@@ -341,15 +366,73 @@ def render_run_to_run(rr: dict, first_label: str, second_label: str, with_target
             f"{x('ref_first')} first call, {x('ref_steady')} the others; custom {x('custom_first')} first call, "
             f"{x('custom_steady')} the others (a trial's first call allocates)"
         )
+    lines += [line for line in (render_bound(rr, with_targets), render_probe_ratio(rr)) if line]
     lines.append("")
+    ordered = sorted(rr["rows"], key=lambda r: -r["rel_diff"])
     rows = [
         [r["tid"], _fmt(r["first"], 3), _fmt(r["second"], 3), pct(r["rel_diff"]), "yes" if r["early_stopped"] else "",
          str(r.get("stalled_calls", 0) or ""), pct(r.get("rel_diff_without_stalls"))]
-        for r in sorted(rr["rows"], key=lambda r: -r["rel_diff"])
+        for r in ordered
     ]
-    lines.append(md_table(rows, ["Task", "First", "Second", "Rel. difference", "Early stop in a run",
-                                 "Stalled calls", "Without stalls"]))
+    head = ["Task", "First", "Second", "Rel. difference", "Early stop in a run", "Stalled calls", "Without stalls"]
+    # the host's share only where the results record it (results timed before session 16 do not)
+    if any(r.get("host_bound") is not None for r in ordered):
+        head.append("Host-bound side")
+        for row, r in zip(rows, ordered, strict=True):
+            row.append(_bound_cell(r.get("host_bound")))
+    if any(r.get("probe_ratio") is not None for r in ordered):
+        head.append("CPU probe, second/first")
+        for row, r in zip(rows, ordered, strict=True):
+            row.append(NA if r.get("probe_ratio") is None else f"{r['probe_ratio']:.2f}×")
+    lines.append(md_table(rows, head))
     return "\n".join(lines) + "\n"
+
+
+def _bound_cell(sides: list[str] | None) -> str:
+    if sides is None:
+        return NA
+    return {0: "", 1: sides[0] if sides else "", 2: "both"}[len(sides)]
+
+
+def render_bound(rr: dict, with_targets: bool = False) -> str | None:
+    """One line: the spread of the GPU-bound tasks apart from the host-bound ones (:func:`by_bound`);
+    with ``with_targets`` the median and share targets over the GPU-bound ones too. None where
+    no result records its launches."""
+    bound = rr.get("bound") or {}
+    gpu, host = bound.get("gpu") or {}, bound.get("host") or {}
+    if not (gpu.get("n") or host.get("n")):
+        return None
+    pct = lambda x: NA if x is None else f"{100 * x:.1f} %"  # noqa: E731
+    tol = f"±{100 * rr.get('tol', AGREEMENT):.0f} %"
+
+    def part(name, b):
+        if not b["n"]:
+            return f"{name} 0"
+        return f"{name} {b['n']}: median {pct(b['median'])}, max {pct(b['max'])}, {b['within']} within {tol}"
+
+    share = f"{100 * hostclock.HOST_BOUND_SHARE:.0f} %"
+    line = (f"* by what bounds the timed calls (a side is host-bound where its median launch is ≥ {share} of its "
+            f"median timed call, in either run): " + "; ".join((part("GPU-bound on both sides", gpu),
+                                                                 part("host-bound", host))))
+    if bound.get("unknown"):
+        line += f"; {bound['unknown']} whose results do not record their launches"
+    if with_targets and gpu.get("n") and same_gpu(rr) is not False:
+        sub = {**rr, "n": gpu["n"], "median": gpu["median"], "within": gpu["within"]}
+        checks = targets(sub)[:2]
+        line += ("\n* issue #13's median and share targets over the GPU-bound tasks only: "
+                 + "; ".join(f"{name}: {'met' if ok else 'NOT met'} ({value})" for name, value, ok in checks))
+    return line
+
+
+def render_probe_ratio(rr: dict) -> str | None:
+    """One line: the CPU probe's median, second run over first, over the tasks whose two
+    results ran it; None where fewer than one pair did."""
+    pr = rr.get("probe_ratio") or {}
+    if not pr.get("n"):
+        return None
+    return (f"* CPU probe (`L1BENCH_HOST_PROBE`), second run over first (median over {pr['n']} tasks): "
+            f"{pr['median']:.3f}× (below 1: the second run's host ran the same Python faster; host-bound "
+            "calls move with it)")
 
 
 def spread_list(pairs, mode: str = "default", protocol: str = "paper", tol: float = AGREEMENT) -> dict:

@@ -335,3 +335,55 @@ def stall_cause(stretch_ms: float, launch: Delta, threshold_ns: int = DISTURBED_
             return "driver_blocked"
         return "host_slow"
     return "gpu"
+
+
+#: A side of a timed call is *host-bound* when its median launch (the host's part of the call:
+#: until the call returns, ``launch_median_us``) is at least this share of its median timed
+#: call (CUDA events). Its GPU waited for the host's launches, so its time measures the CPU as
+#: much as the kernels: it moves with the host's speed between runs (session 18: a host 14 %
+#: slower by the CPU probe made launch-bound calls ~30 % slower, GPU-bound ones not at all).
+HOST_BOUND_SHARE = 0.8
+SIDES = ("ref", "custom")
+
+
+def _flat(values) -> list[float]:
+    out: list[float] = []
+    for v in values or []:
+        out.extend(_flat(v) if isinstance(v, list) else [v])
+    return out
+
+
+def launch_shares(result: dict) -> dict[str, float] | None:
+    """Each side's median launch over its median timed call (``ref_ms``/``custom_ms``, every
+    trial's calls), from a time result's ``host_timing.launch_median_us``. None where the
+    result does not record both sides' launches (results timed before the ledger recorded
+    them, or without the host clock) or has no timings."""
+    launches = (result.get("host_timing") or {}).get("launch_median_us") or {}
+    shares = {}
+    for side in SIDES:
+        calls = sorted(_flat(result.get(f"{side}_ms")))
+        if launches.get(side) is None or not calls:
+            return None
+        median_ms = calls[len(calls) // 2]
+        if median_ms <= 0:
+            return None
+        shares[side] = launches[side] / 1000 / median_ms
+    return shares
+
+
+def host_bound_sides(result: dict, share: float = HOST_BOUND_SHARE) -> list[str] | None:
+    """The sides (``ref``, ``custom``) of a time result whose timed calls are host-bound
+    (:data:`HOST_BOUND_SHARE`); [] for a result bound by the GPU on both sides, None where the
+    result does not say (:func:`launch_shares`)."""
+    shares = launch_shares(result)
+    if shares is None:
+        return None
+    return [side for side in SIDES if shares[side] >= share]
+
+
+def probe_median_us(result: dict) -> float | None:
+    """The CPU probe's median (µs) in a time result, where it ran (``L1BENCH_HOST_PROBE``): a
+    fixed piece of Python work, so its ratio between two runs of a task is the ratio of the
+    two hosts' speeds as that task's process saw them."""
+    value = ((result.get("host_timing") or {}).get("probe") or {}).get("median_us")
+    return float(value) if value else None

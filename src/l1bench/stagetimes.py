@@ -18,7 +18,7 @@ from pathlib import Path
 
 from tabulate import tabulate
 
-from l1bench import stalls
+from l1bench import hostclock, stalls
 from l1bench.results import prepared
 
 
@@ -679,6 +679,33 @@ def describe_cpu_probe(probe: dict | None) -> str | None:
     )
 
 
+def host_bound(rows) -> dict | None:
+    """How many ok paper results had a host-bound side (:func:`l1bench.hostclock.host_bound_sides`):
+    the reference's only, the custom code's only, both; ``known`` of them record their launches.
+    None when none does."""
+    counts: Counter = Counter()
+    for res in _paper_time(rows):
+        if res.get("status") != "ok":
+            continue
+        sides = hostclock.host_bound_sides(res)
+        if sides is None:
+            continue
+        counts["known"] += 1
+        counts[{0: "neither", 1: sides[0] if sides else "neither", 2: "both"}[len(sides)]] += 1
+    return dict(counts) if counts else None
+
+
+def describe_host_bound(hb: dict | None) -> str | None:
+    if not hb:
+        return None
+    bound = hb["known"] - hb.get("neither", 0)
+    return (
+        f"results with host-bound timed calls (a side's median launch ≥ {100 * hostclock.HOST_BOUND_SHARE:.0f} % of "
+        f"its median timed call): {bound} of {hb['known']} (reference only {hb.get('ref', 0)}, custom only "
+        f"{hb.get('custom', 0)}, both {hb.get('both', 0)}); their scores move with the host's speed"
+    )
+
+
 def timing_cpu_of(rows) -> int | None:
     """The timing CPU most of the results' workers ran their GPU sections on (provenance
     ``timing_cpu``); None when none records one."""
@@ -791,6 +818,7 @@ def report(root, samples=None, since=None, until=None, bullet: str = "") -> str:
         describe_stalls_by_worker_step(stalls_by_worker_step(rows)),
         describe_kept_stalls(kept_stalls(rows)),
         describe_cpu_probe(cpu_probe(rows)),
+        describe_host_bound(host_bound(rows)),
     ):
         if extra:
             lines.append(extra)
