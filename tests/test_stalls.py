@@ -95,3 +95,33 @@ def test_flagged_results_lists_the_files_to_retime(tmp_path):
         (tmp_path / "time/paper" / mode).mkdir(parents=True)
         (tmp_path / "time/paper" / mode / "L1_T001.json").write_text(json.dumps(res))
     assert stalls.flagged_results(tmp_path) == [str(tmp_path / "time/paper/default/L1_T001.json")]
+
+
+def test_aggregate_flags_host_bound_paper_results_and_says_what_the_flag_means(tmp_path):
+    """HOST_BOUND from a result's launches (a side launching for >= 80 % of its timed call);
+    not on results without launches, on strict ones or on failed ones; the flags' sentence
+    names it only where a row carries it."""
+    def write(tid, launch_us, proto="paper", status="ok"):
+        meta = tmp_path / f"tasks/{tid}/meta.json"
+        meta.parent.mkdir(parents=True, exist_ok=True)
+        meta.write_text(json.dumps({"tid": tid, "level": 1, "task": int(tid[-3:]), "device": "h100",
+                                    "published": {"default": 2.0}}))
+        res = paper_result([list(FAST)] * 7, [[0.015] * 5] * 7, tid=tid) | {"status": status, "protocol": proto}
+        if launch_us is not None:
+            res["host_timing"] = {"launch_median_us": {"ref": 5, "custom": launch_us}}
+        time = tmp_path / f"time/{proto}/default/{tid}.json"
+        time.parent.mkdir(parents=True, exist_ok=True)
+        time.write_text(json.dumps(res))
+        return meta, time
+
+    files = [write("L1_T001", 14), write("L1_T002", 2), write("L1_T003", None),
+             write("L1_T004", 14, proto="strict"), write("L1_T005", 14, status="incorrect")]
+    df = agg.load_results([m for m, _ in files], [], [t for _, t in files])
+    flags = {(r.tid, r.protocol): r.flags for r in df.itertuples()}
+    assert flags[("L1_T001", "paper")] == "HOST_BOUND"
+    assert not any(flags[(t, p)] for t, p in [("L1_T002", "paper"), ("L1_T003", "paper"), ("L1_T004", "strict"),
+                                              ("L1_T005", "paper")])
+    text = agg.render_summary_markdown(df)
+    assert "`HOST_BOUND`: a side's median launch is at least 80% of its median timed call" in text
+    assert "| `HOST_BOUND` " in text
+    assert "HOST_BOUND" not in agg.render_summary_markdown(df[df.tid != "L1_T001"])

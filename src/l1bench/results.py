@@ -147,6 +147,10 @@ class Flag(_StrEnum):
     RUN_SPREAD = "RUN_SPREAD"
     #: (paper protocol, tables only) timed calls stalled by the host change the score (l1bench.stalls).
     TIMING_OUTLIER = "TIMING_OUTLIER"
+    #: (paper protocol, tables only) a side's timed calls are host-bound: its median launch is most
+    #: of its median timed call, so the score measures the CPU as much as the kernels and moves
+    #: with the host's speed (l1bench.hostclock.host_bound_sides; results that record launches).
+    HOST_BOUND = "HOST_BOUND"
 
 
 #: |measured/published − 1| within this counts as agreeing with the published score.

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from .. import stalls
+from .. import hostclock, stalls
 from ..release import MODES, parse_task_id
-from ..results import Status
+from ..results import Flag, Status
 from .conventions import COLUMNS, MISSING, _mode_key, _protocol_key
 
 
@@ -158,6 +158,7 @@ def _row(tid, mode, proto, meta: dict, check: dict, t: dict | None) -> dict:
     if status == Status.OK and proto == "paper":
         stall = stalls.rescore(t.get("ref_ms") or [], t.get("custom_ms") or [])
     stall_flag = stalls.outlier_flag(t | {"protocol": proto}) if stall and stall["stalled_calls"] else None
+    host_bound = bool(status == Status.OK and proto == "paper" and hostclock.host_bound_sides(t))
     return {
         "device": meta.get("device"),
         "level": level,
@@ -172,7 +173,8 @@ def _row(tid, mode, proto, meta: dict, check: dict, t: dict | None) -> dict:
         "std": _num(t.get("score_std")),
         "n_timings": n_timings if isinstance(n_timings, int) and not isinstance(n_timings, bool) else None,
         "ratio": ratio,
-        "flags": _flag_names(t.get("flags"), check.get("flags"), [stalls.FLAG] if stall_flag else []),
+        "flags": _flag_names(t.get("flags"), check.get("flags"), [stalls.FLAG] if stall_flag else [],
+                             [Flag.HOST_BOUND] if host_bound else []),
         "check_status": check.get("status"),
         "gpu": prov.get("gpu"),
         "driver": prov.get("driver"),

@@ -10,8 +10,8 @@ import numpy as np
 import pandas as pd
 from tabulate import tabulate
 
-from .. import stalls
-from ..results import AGREEMENT, Status
+from .. import hostclock, stalls
+from ..results import AGREEMENT, Flag, Status
 from .conventions import MISSING, MISSING_AS_ONE, NA, SPEEDUP_THRESHOLD, STAT_ROWS, _mode_key, _mode_label, status_class
 from .stats import (
     _levels,
@@ -131,6 +131,16 @@ def _stall_table(df) -> str:
     return md_table(rows, headers, ["left"] + ["right"] * (len(headers) - 1))
 
 
+def _host_bound_note(df) -> str:
+    """The ``HOST_BOUND`` flag's clause of the flags' sentence, where a row carries it (tables of
+    results timed before launches were recorded have none, and no clause)."""
+    if not len(df) or not df["flags"].fillna("").astype(str).str.split(";").map(lambda f: Flag.HOST_BOUND in f).any():
+        return ""
+    return (f", `{Flag.HOST_BOUND}`: a side's median launch is at least {hostclock.HOST_BOUND_SHARE:.0%} of its "
+            "median timed call, so the paper score measures the host's CPU as much as the GPU and moves with "
+            "the host's speed between runs")
+
+
 def _flag_table(df) -> str:
     combos, counts = flag_counts(df)
     if not counts:
@@ -184,8 +194,9 @@ def render_summary_markdown(df) -> str:
         "itself and may pick its path from that, so a second run may not agree, `RUN_SPREAD`: in repeated runs of "
         "the same code its default score moved more than 15 % in two pairs or more, `EXTENSION_BUILD_FAILED`, "
         f"`{stalls.FLAG}`: timed calls stalled by the host changed a paper score by more than "
-        f"{stalls.TOLERANCE:.0%} or caused its early stop; `score_without_stalls` in scores.csv). "
-        "A flag is for review: the score stays what the protocol measured.",
+        f"{stalls.TOLERANCE:.0%} or caused its early stop; `score_without_stalls` in scores.csv"
+        + _host_bound_note(df)
+        + "). A flag is for review: the score stays what the protocol measured.",
         "",
         _flag_table(df),
         "",
