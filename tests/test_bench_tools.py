@@ -28,7 +28,7 @@ def test_bench_stalls_times_calls_under_each_activity(tmp_path):
     assert phases["idle"]["interferers"] == {}
 
 
-@pytest.mark.parametrize("script", ["bench_stalls.py", "bench_handover.py", "benchmark_pipeline.py"])
+@pytest.mark.parametrize("script", ["bench_stalls.py", "bench_handover.py", "benchmark_pipeline.py", "bench_host_drift.py"])
 def test_gpu_bench_scripts_without_the_package_stop_with_one_line(tmp_path, script):
     """On a bare GPU node the package is not installed until scripts/offline_install.sh runs:
     a bench script run before it says so in one line that names the fix, not a traceback
@@ -145,3 +145,15 @@ def test_each_results_tree_has_its_own_job_logs():
     assert logs_dir("results/retime/h100") != logs_dir("results/h100")
     assert logs_dir("/tmp/x/h100") == "logs/tmp/x/h100"
     assert logs_dir("../elsewhere/h100") == "logs/elsewhere/h100"
+
+
+def test_bench_host_drift_compares_the_first_and_last_windows(tmp_path):
+    out = tmp_path / "d.json"
+    cmd = [sys.executable, str(ROOT / "scripts/bench_host_drift.py"), "--cpu", "--seconds", "1.2", "--interval", "0.2",
+           "--window", "0.4", "--json", str(out)]
+    subprocess.run(cmd, check=True, capture_output=True, timeout=60)
+    res = json.loads(out.read_text())
+    assert len(res["samples"]) >= 4 and all(s["probe_us"] > 0 for s in res["samples"])
+    assert set(res["drift"]) == {"probe_us"}  # --cpu: no CUDA columns
+    d = res["drift"]["probe_us"]
+    assert d["last_over_first"] == pytest.approx(d["last"] / d["first"], rel=0.01)
