@@ -55,7 +55,8 @@ def drift(samples: list[dict], window_s: float = 60.0) -> dict:
         b = [s[col] for s in last if s.get(col) is not None]
         if a and b:
             fa, fb = statistics.median(a), statistics.median(b)
-            out[col] = {"first": round(fa, 4), "last": round(fb, 4), "last_over_first": round(fb / fa, 3) if fa else None}
+            out[col] = {"first": round(fa, 4), "last": round(fb, 4),
+                        "last_over_first": round(fb / fa, 3) if fa else None}
     return out
 
 

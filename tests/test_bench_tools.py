@@ -28,7 +28,8 @@ def test_bench_stalls_times_calls_under_each_activity(tmp_path):
     assert phases["idle"]["interferers"] == {}
 
 
-@pytest.mark.parametrize("script", ["bench_stalls.py", "bench_handover.py", "benchmark_pipeline.py", "bench_host_drift.py"])
+@pytest.mark.parametrize("script", ["bench_stalls.py", "bench_handover.py", "benchmark_pipeline.py",
+                                    "bench_host_drift.py"])
 def test_gpu_bench_scripts_without_the_package_stop_with_one_line(tmp_path, script):
     """On a bare GPU node the package is not installed until scripts/offline_install.sh runs:
     a bench script run before it says so in one line that names the fix, not a traceback
