@@ -4,7 +4,9 @@ Left: latency of a timed call that allocates device memory (as the first timed p
 outer trial does) while other processes do one thing a workflow job does outside the GPU lock
 (scripts/bench_stalls.py, ``alloc``: median and 99th percentile). Right: two concurrent runs of
 the same 53 tasks agree within ±15 % for how many tasks, and how many timed calls per 1000 were
-stalled, per design (results/isolation/**, compared as src/l1bench/compare.py does).
+stalled, per design (results/isolation/**, compared as src/l1bench/compare.py does); where the
+results record their launches, the share apart for the GPU-bound tasks and for those with a
+host-bound side (``compare.by_bound``).
 
     python scripts/plot_isolation.py [OUT.png]     (the rule isolation_figure: rules/reports.smk)
 """
@@ -49,13 +51,22 @@ def main(out: Path = ROOT / "results/isolation/figures/isolation.png") -> Path:
         "Other processes' calls into the GPU driver delay\na timed call that calls into it (H200)", fontsize=10
     )
     ax1.legend(fontsize=8)
-    labels, within, stalled = [], [], []
-    for label, (a, b) in RUNS.items():
+    labels, within, stalled, split = [], [], [], {"gpu": [], "host": []}
+    for i, (label, (a, b)) in enumerate(RUNS.items()):
         rr = compare.run_to_run(ROOT / a, ROOT / b)
         labels.append(f"{label}\n({rr['n']} tasks)")
         within.append(100 * rr["within"] / rr["n"])
         stalled.append(rr["stalled_per_1000"])
-    bars = ax2.bar(range(len(labels)), within, color="tab:green")
+        for kind, part in split.items():  # only runs whose results record their launches
+            b = rr["bound"][kind]
+            if b["n"]:
+                part.append((i, 100 * b["within"] / b["n"]))
+    bars = ax2.bar(range(len(labels)), within, color="tab:green", label="all tasks")
+    for kind, marker, color, name in (("gpu", "D", "tab:blue", "GPU-bound tasks"),
+                                      ("host", "v", "tab:orange", "tasks with a host-bound side")):
+        if split[kind]:
+            ax2.scatter(*zip(*split[kind], strict=True), marker=marker, color=color, zorder=3, s=22, label=name)
+    ax2.legend(fontsize=7, loc="lower left")
     ax2.axhline(90, color="grey", ls="--", lw=1)
     ax2.set_ylim(0, 112)
     ax2.set_xticks(range(len(labels)), labels, fontsize=7)
