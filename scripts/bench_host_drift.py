@@ -11,7 +11,9 @@ for ``--seconds``, on one pinned CPU (default the last one),
     gpu_ms       one 4096² matmul timed by CUDA events: a GPU-bound timed call (median of 20)
 
 one JSON line per sample and, at the end, each column's first-minute median over its
-last-minute median. ``--cpu`` skips the CUDA columns (no GPU).
+last-minute median. ``--cpu`` skips the CUDA columns (no GPU). On a fresh H100 (session
+eighteen, results/h100/bench/host-drift-h100.json) there was no start-up ramp, but episodes of
+a few seconds in which the host-bound call ran up to 3× its median and the matmul never moved.
 
     python scripts/bench_host_drift.py --seconds 150 --json $OUT/host-drift-h100.json
 """

@@ -595,3 +595,8 @@ def test_a_long_launch_on_a_device_bound_side_is_the_driver_blocking():
     summary = ledger.summary()
     assert summary["stall_causes"] == {"driver_blocked": 1, "host_slow": 1}
     assert summary["launch_median_us"] == {"ref": 200, "custom": 4900}
+
+
+def test_bound_labels():
+    assert [hostclock.bound_label(s) for s in ([], ["ref"], ["custom"], ["ref", "custom"])] == [
+        "neither", "ref", "custom", "both"]

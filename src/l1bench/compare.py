@@ -391,7 +391,8 @@ def render_run_to_run(rr: dict, first_label: str, second_label: str, with_target
 def _bound_cell(sides: list[str] | None) -> str:
     if sides is None:
         return NA
-    return {0: "", 1: sides[0] if sides else "", 2: "both"}[len(sides)]
+    label = hostclock.bound_label(sides)
+    return "" if label == "neither" else label
 
 
 def render_bound(rr: dict, with_targets: bool = False) -> str | None:
@@ -426,7 +427,7 @@ def render_bound(rr: dict, with_targets: bool = False) -> str | None:
 
 def render_probe_ratio(rr: dict) -> str | None:
     """One line: the CPU probe's median, second run over first, over the tasks whose two
-    results ran it; None where fewer than one pair did."""
+    results ran it; None where no task's two results did."""
     pr = rr.get("probe_ratio") or {}
     if not pr.get("n"):
         return None

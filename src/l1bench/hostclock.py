@@ -381,6 +381,11 @@ def host_bound_sides(result: dict, share: float = HOST_BOUND_SHARE) -> list[str]
     return [side for side in SIDES if shares[side] >= share]
 
 
+def bound_label(sides: list[str]) -> str:
+    """``neither``, ``ref``, ``custom`` or ``both``, for :func:`host_bound_sides`' list."""
+    return "both" if len(sides) == 2 else (sides[0] if sides else "neither")
+
+
 def probe_median_us(result: dict) -> float | None:
     """The CPU probe's median (µs) in a time result, where it ran (``L1BENCH_HOST_PROBE``): a
     fixed piece of Python work, so its ratio between two runs of a task is the ratio of the

@@ -691,7 +691,7 @@ def host_bound(rows) -> dict | None:
         if sides is None:
             continue
         counts["known"] += 1
-        counts[{0: "neither", 1: sides[0] if sides else "neither", 2: "both"}[len(sides)]] += 1
+        counts[hostclock.bound_label(sides)] += 1
     return dict(counts) if counts else None
 
 
