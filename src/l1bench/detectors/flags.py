@@ -34,6 +34,7 @@ ALL_FLAGS = (
     Flag.EXTENSION_BUILD_FAILED,
     Flag.SELF_TIMED,
     Flag.RUN_SPREAD,
+    Flag.HOST_BOUND,
 )
 
 #: Defaults of the ``cfg`` keys read by :func:`run_detectors`.
