@@ -293,7 +293,7 @@ def call_time_ratios(a: dict[str, dict], b: dict[str, dict]) -> dict:
             if ta and tb and ta[0] > 0 and ta[1] > 0:
                 ratios[f"{side}_first"].append(tb[0] / ta[0])
                 ratios[f"{side}_steady"].append(tb[1] / ta[1])
-    return {k: {"n": len(v), "median": statistics.median(v) if v else None} for k, v in ratios.items()}
+    return {k: _median_of(v) for k, v in ratios.items()}
 
 
 #: Issue #13's targets for two runs of the same tasks (``--targets``): median |Δscore| at most
@@ -326,10 +326,15 @@ def targets(rr: dict) -> list[tuple[str, str, bool]]:
     ]
 
 
+def _checks_text(checks) -> str:
+    """``target: met (value); ...`` of :func:`targets`' checks."""
+    return "; ".join(f"{name}: {'met' if ok else 'NOT met'} ({value})" for name, value, ok in checks)
+
+
 def render_targets(rr: dict) -> str:
     """One line: each target, met or not, and the verdict."""
     checks = targets(rr)
-    parts = "; ".join(f"{name}: {'met' if ok else 'NOT met'} ({value})" for name, value, ok in checks)
+    parts = _checks_text(checks)
     verdict = "all met" if all(ok for *_, ok in checks) else "not all met"
     if same_gpu(rr) is False:
         return "* issue #13's targets for two runs: **not judged** (the runs timed on different GPUs)"
@@ -420,8 +425,7 @@ def render_bound(rr: dict, with_targets: bool = False) -> str | None:
     if with_targets and gpu.get("n") and same_gpu(rr) is not False:
         sub = {**rr, "n": gpu["n"], "median": gpu["median"], "within": gpu["within"]}
         checks = targets(sub)[:2]
-        line += ("\n* issue #13's median and share targets over the GPU-bound tasks only: "
-                 + "; ".join(f"{name}: {'met' if ok else 'NOT met'} ({value})" for name, value, ok in checks))
+        line += "\n* issue #13's median and share targets over the GPU-bound tasks only: " + _checks_text(checks)
     return line
 
 

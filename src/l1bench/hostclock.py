@@ -346,13 +346,6 @@ HOST_BOUND_SHARE = 0.8
 SIDES = ("ref", "custom")
 
 
-def _flat(values) -> list[float]:
-    out: list[float] = []
-    for v in values or []:
-        out.extend(_flat(v) if isinstance(v, list) else [v])
-    return out
-
-
 def launch_shares(result: dict) -> dict[str, float] | None:
     """Each side's median launch over its median timed call (``ref_ms``/``custom_ms``, every
     trial's calls), from a time result's ``host_timing.launch_median_us``. None where the
@@ -361,8 +354,11 @@ def launch_shares(result: dict) -> dict[str, float] | None:
     launches = (result.get("host_timing") or {}).get("launch_median_us") or {}
     shares = {}
     for side in SIDES:
-        calls = sorted(_flat(result.get(f"{side}_ms")))
-        if launches.get(side) is None or not calls:
+        if launches.get(side) is None:
+            return None
+        # per outer trial its timed calls, as the paper protocol (the ledger's only user) writes them
+        calls = sorted(v for trial in result.get(f"{side}_ms") or [] for v in trial)
+        if not calls:
             return None
         median_ms = calls[len(calls) // 2]
         if median_ms <= 0:
