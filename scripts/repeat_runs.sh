@@ -77,6 +77,14 @@ if [ -n "${FIRST_TREE:-}" ]; then  # the first run is an earlier call's: every r
         echo "repeat_runs.sh: FIRST_TREE=$first_tree has no build/ folder (extract the earlier call's results.tgz into the working tree first)" >&2
         exit 2
     fi
+    # The device's working tree follows this machine's at every call: only ignored paths
+    # (build/ext/) stay, so a tree the device wrote loses its build and check results unless
+    # it was extracted here (l1bench take) and so travels. Then prepare would copy nothing and
+    # every run would build again, silently unlike the first run (session nineteen's s1 and c3).
+    if ! compgen -G "$first_tree/check/*.json" >/dev/null || ! compgen -G "$first_tree/build/*.json" >/dev/null; then
+        echo "repeat_runs.sh: FIRST_TREE=$first_tree has no build or check results (build/*.json, check/*.json): extract the earlier call's results.tgz into the working tree here so that it travels (the device keeps only ignored paths such as build/ext/)" >&2
+        exit 2
+    fi
     if ! [ -d "$first_tree/build/ext" ]; then
         echo "repeat_runs.sh: FIRST_TREE=$first_tree has no built extensions (build/ext/): they stay only on the machine that built them; on a fresh machine run the first run again" >&2
         exit 2

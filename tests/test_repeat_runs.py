@@ -109,3 +109,19 @@ def test_a_later_call_follows_an_earlier_calls_first_run(tmp_path):
                           cwd=repo, env=env, capture_output=True, text=True, timeout=120, check=False)
     assert proc.returncode == 2 and "has no built extensions (build/ext/)" in proc.stderr
     assert not (repo / "out3" / "s2").exists()
+
+
+def test_a_first_tree_the_device_kept_only_the_extensions_of_stops_in_one_line(tmp_path):
+    """The device's working tree follows this machine's at each call: a tree it wrote keeps only
+    its ignored build/ext/ unless extracted here. Session nineteen's later runs then copied
+    nothing and built everything again; now the call stops before any run."""
+    proc, repo = repeat_runs(tmp_path, "out", "d7", "c1:305", "--", "--config", "device=h100")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    tree = repo / "results/d7-c1/h100"
+    shutil.rmtree(tree / "check")
+    (tree / "build" / "L1_T001.json").unlink()
+    env = dict(os.environ, PATH=f"{tmp_path / 'bin'}{os.pathsep}{os.environ['PATH']}", FIRST_TREE=str(tree))
+    proc = subprocess.run(["bash", "scripts/repeat_runs.sh", "out2", "d7", "s1:400:serial", "--", "--config",
+                           "device=h100"], cwd=repo, env=env, capture_output=True, text=True, timeout=120, check=False)
+    assert proc.returncode == 2 and "has no build or check results" in proc.stderr, proc.stderr
+    assert proc.stderr.count("\n") == 1 and not (repo / "out2" / "s1").exists()
