@@ -792,6 +792,22 @@ def test_tables_say_how_many_scores_are_from_the_old_timing_design():
     line = timing_design_lines(df)[0]
     assert "1 of 3 scores are still from it" in line and "design 3: 2" in line
     assert "still" not in timing_design_lines(df[df["timing_design"] != 1])[0]
+    # against the workflow's default design per mode (7 for the eager modes, 4 for the compile
+    # modes since session nineteen): how many scores a re-timing would renew
+    df = pd.DataFrame({
+        "status": ["ok"] * 5 + ["incorrect"],
+        "mode": ["default", "cudnn", "cuda_graph", "torch_compile", "torch_compile_reduce_overhead", "default"],
+        "timing_design": [4, 7, 4, 4, 7, None],
+    })
+    lines = timing_design_lines(df)
+    assert lines[0] == "Measured scores by the timing design that made them (design 4: 3, design 7: 2)."
+    assert lines[2] == (
+        "The workflow's default timing design is design 7 for the default, CUDA Graph and cuDNN modes and 4 for "
+        "the torch.compile modes: **3 of 5 scores were timed under another design** and stay until they are "
+        "timed again (`l1bench retime`)."
+    )
+    renewed = df.assign(timing_design=[7, 7, 7, 4, 4, None])
+    assert timing_design_lines(renewed)[2].startswith("Every score was timed under the workflow's default")
     # a time result without the field was made before it existed: design 1
     row = _row("L1_T001", "default", "paper", {"level": 1, "task": 1}, {}, {"status": "ok", "score": 1.0})
     assert row["timing_design"] == 1

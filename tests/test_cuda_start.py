@@ -377,9 +377,16 @@ def test_the_workflow_stops_with_one_line_when_both_designs_are_on(tmp_path):
         cmd = SNAKEMAKE + ["-n", "-q", "rules", "--config", "device=demo", f"timing={timing}"]
         return subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=300)
 
-    ok = dry("{cuda_start_outside_lock: true}")
+    ok = dry("{cuda_start_outside_lock: true, task_worker: false}")
     assert ok.returncode == 0, ok.stderr[-2000:]
-    both = dry("{shared_sections: true, cuda_start_outside_lock: true}")
+    # design 7 is the default: design 6 alone names the flag to turn off
+    alone = dry("{cuda_start_outside_lock: true}")
+    assert alone.returncode != 0
+    assert [ln for ln in (alone.stdout + alone.stderr).splitlines() if "cuda_start_outside_lock" in ln] == [
+        "config timing: cuda_start_outside_lock and task_worker are alternative timing designs (6 and 7): "
+        "turn on one of them (task_worker is on by default: set task_worker: false)"
+    ]
+    both = dry("{shared_sections: true, cuda_start_outside_lock: true, task_worker: false}")
     assert both.returncode != 0
     lines = [ln for ln in (both.stdout + both.stderr).splitlines() if "cuda_start_outside_lock" in ln]
     assert lines == [

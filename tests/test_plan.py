@@ -51,11 +51,13 @@ def test_timing_flags_from_the_command_line_are_booleans():
 
 
 def test_the_two_opt_in_timing_designs_exclude_each_other():
-    """Designs 5 and 6 are alternatives: both on stops the plan with one line naming both."""
-    for timing in (None, {}, CONFIG["timing"], {"shared_sections": True}, {"cuda_start_outside_lock": True}):
+    """Designs 5 and 6 are alternatives (to each other and to design 7, the default): both on
+    stops the plan with one line naming both."""
+    for timing in (None, {}, CONFIG["timing"], {"shared_sections": True, "task_worker": False},
+                   {"cuda_start_outside_lock": True, "task_worker": False}, {"task_worker": False}):
         plan.check_timing(timing)
     with pytest.raises(plan.PlanError) as err:
-        plan.check_timing({"shared_sections": True, "cuda_start_outside_lock": True})
+        plan.check_timing({"shared_sections": True, "cuda_start_outside_lock": True, "task_worker": False})
     line = str(err.value)
     assert "\n" not in line and "shared_sections" in line and "cuda_start_outside_lock" in line
 
@@ -332,12 +334,12 @@ def test_evaluation_params_per_stage_and_protocol():
 
 
 def test_timing_flags_are_in_the_params_only_when_on():
-    """Off (the default), check and time params are exactly as before the flags existed (the
-    committed results' params hashes stay); design 5 alone as before design 6 existed; design 6
-    adds its own key; builds never take them."""
+    """At the default (design 7 since session nineteen; design 4 before), check and time params
+    are exactly as before the flags existed (the committed results' params hashes stay); design
+    5 alone as before design 6 existed; design 6 adds its own key; builds never take them."""
     cfg = dict(CONFIG)
     assert cfg["timing"] == {
-        "shared_sections": False, "cuda_start_outside_lock": False, "task_worker": False, "task_worker_idle_s": 60,
+        "shared_sections": False, "cuda_start_outside_lock": False, "task_worker": True, "task_worker_idle_s": 60,
         "task_worker_max_idle": 0,
     }
     paper = {"release": "sha", "paper": cfg["paper"]}
@@ -363,11 +365,20 @@ def test_the_default_design_is_one_in_plan_config_and_schema():
     assert {k: props[k]["default"] for k in plan.TIMING_FLAGS} == plan.DEFAULT_TIMING
 
 
-def test_a_switch_of_the_default_design_replans_no_committed_result(monkeypatch):
-    """Were design 7 the default, a run with it would keep every committed result's params
-    (no timing key); turning it off then puts ``task_worker: False`` in the params of the
-    jobs it would serve, and of no other."""
-    monkeypatch.setitem(plan.DEFAULT_TIMING, "task_worker", True)
+def test_each_modes_default_design_and_the_base_design_the_worker_names():
+    from l1bench.worker import entry
+
+    assert plan.BASE_DESIGN == entry.TIMING_DESIGN == 4
+    assert [plan.default_design(m) for m in ALL_MODES] == [7, 4, 4, 7, 7]
+    assert entry.timing_design(plan.job_timing("time", "cudnn", None)) == plan.default_design("cudnn")
+    assert entry.timing_design(plan.job_timing("time", "torch_compile", None)) == plan.default_design("torch_compile")
+
+
+def test_a_switch_of_the_default_design_replans_no_committed_result():
+    """Design 7 is the default (session nineteen): a run with it keeps every committed result's
+    params (no timing key, as design 4 left them); turning it off puts ``task_worker: False``
+    in the params of the jobs it would serve, and of no other."""
+    assert plan.DEFAULT_TIMING["task_worker"] is True
     cfg = dict(CONFIG)
     paper = {"release": "sha", "paper": cfg["paper"]}
     on, off = cfg | {"timing": {"task_worker": True}}, cfg | {"timing": {"task_worker": False}}
@@ -381,37 +392,44 @@ def test_a_switch_of_the_default_design_replans_no_committed_result(monkeypatch)
 
 
 def test_the_jobs_design_is_the_default_over_its_params(monkeypatch):
-    """What a job runs with: at the default nothing is on; the params' flags turn one on; were
-    design 7 the default, it would serve the check and eager time jobs without a params key,
-    and ``task_worker: False`` in the params would turn it off."""
+    """What a job runs with: at the default (design 7) its task worker serves the check and the
+    eager time jobs without a params key, and ``task_worker: False`` in the params turns it off
+    (design 4: nothing on); the params' flags turn another on; with design 4 as the default,
+    as before session nineteen, nothing is on without a key."""
+    assert plan.job_timing("check", None, None) == {"task_worker": True}
+    assert plan.job_timing("time", "cuda_graph", {}) == {"task_worker": True}
+    assert plan.job_timing("time", "torch_compile_reduce_overhead", {}) == {}
+    assert plan.job_timing("time", "default", {"task_worker": False}) == {}
+    assert plan.job_timing("build", None, None) == {}
+    design_5 = {"shared_sections": True, "task_worker": False}
+    assert plan.job_timing("time", "cudnn", design_5) == {"shared_sections": True}
+    monkeypatch.setitem(plan.DEFAULT_TIMING, "task_worker", False)
     assert plan.job_timing("check", None, None) == {}
     assert plan.job_timing("time", "default", {"task_worker": True}) == {"task_worker": True}
     assert plan.job_timing("time", "torch_compile", {"task_worker": True}) == {}
     assert plan.job_timing("build", None, {"cuda_start_outside_lock": True}) == {}
     assert plan.job_timing("time", "cudnn", {"shared_sections": True}) == {"shared_sections": True}
-    monkeypatch.setitem(plan.DEFAULT_TIMING, "task_worker", True)
-    assert plan.job_timing("check", None, None) == {"task_worker": True}
-    assert plan.job_timing("time", "cuda_graph", {}) == {"task_worker": True}
-    assert plan.job_timing("time", "torch_compile_reduce_overhead", {}) == {}
-    assert plan.job_timing("time", "default", {"task_worker": False}) == {}
 
 
 def test_two_designs_on_say_which_one_is_on_by_default(monkeypatch):
     with pytest.raises(plan.PlanError) as e:
-        plan.check_timing({"shared_sections": True, "task_worker": True})
-    assert str(e.value).endswith("(5 and 7): turn on one of them")
-    monkeypatch.setitem(plan.DEFAULT_TIMING, "task_worker", True)
-    with pytest.raises(plan.PlanError) as e:
         plan.check_timing({"shared_sections": True})  # task_worker left out: on by default
     assert str(e.value).endswith("turn on one of them (task_worker is on by default: set task_worker: false)")
     plan.check_timing({"shared_sections": True, "task_worker": False})
+    monkeypatch.setitem(plan.DEFAULT_TIMING, "task_worker", False)
+    with pytest.raises(plan.PlanError) as e:
+        plan.check_timing({"shared_sections": True, "task_worker": True})
+    assert str(e.value).endswith("(5 and 7): turn on one of them")
 
 
 def test_time_job_priorities_compile_slots_and_strict_params():
     check_priority = plan.check_priority("L1_T001")
     assert check_priority == plan.check_priority() == plan.CHECK_PRIORITY == 9
+    design_4 = {"task_worker": False}
     for mode in ALL_MODES:
-        assert plan.time_priority("strict", mode) == 5
+        assert plan.time_priority("strict", mode, timing=design_4) == 5
+        # design 7, the default: a served strict step follows its paper steps (below)
+        assert plan.time_priority("strict", mode) == (10 if mode in plan.TASK_WORKER_MODES else 5)
         assert plan.time_priority("paper", mode) > check_priority
     assert plan.time_priority("paper", "torch_compile") == 12
     assert plan.time_priority("paper", "torch_compile_reduce_overhead") == 12
@@ -558,7 +576,8 @@ def test_design_7_serves_a_tasks_strict_step_right_after_its_paper_steps():
         paper = plan.time_priority("paper", mode, "L2_T012", on)
         assert plan.time_priority("strict", mode, "L2_T012", on) == paper == 10
         assert plan.time_priority("strict", mode, "L2_T012", {"task_worker": False}) == 5
-        assert plan.time_priority("strict", mode, "L2_T012", {"cuda_start_outside_lock": True}) == 5
+        design_6 = {"cuda_start_outside_lock": True, "task_worker": False}
+        assert plan.time_priority("strict", mode, "L2_T012", design_6) == 5
     for mode in ("torch_compile", "torch_compile_reduce_overhead"):
         assert plan.time_priority("strict", mode, "L3_T015", on) == 5
         assert plan.time_priority("paper", mode, "L3_T015", on) == 14

@@ -80,20 +80,22 @@ def test_the_task_folder_is_found_without_a_meta_input(work):
     assert run_task.make_job(smk)["task_dir"] == str(work / "results/demo/tasks/L1_T001")
 
 
-def test_a_stopped_job_is_not_an_attempt(work, monkeypatch):
+@pytest.mark.parametrize("task_worker", [True, False], ids=["design7-default", "design4"])
+def test_a_stopped_job_is_not_an_attempt(work, monkeypatch, task_worker):
     """Its Snakemake process is gone: the job ends without a result and without a ledger entry
-    (attempts count only what broke by itself)."""
+    (attempts count only what broke by itself), in a task worker as in a process of its own
+    (the worker, which ends with the workflow, once read as "died during the step")."""
     import subprocess
 
     gone = subprocess.Popen([sys.executable, "-c", "pass"])
     gone.wait()
     monkeypatch.setenv(lifeline.WORKFLOW_ENV, f"{gone.pid}:0")  # no such process (any more)
-    smk = fake_smk(work, "check", "L1_T005")  # hangs: only the stop ends it
+    smk = fake_smk(work, "check", "L1_T005", timing={"task_worker": task_worker})  # hangs: only the stop ends it
     with pytest.raises(SystemExit, match="stopped"):
         run_task.main(smk)
     assert not Path(smk.output[0]).exists()
     assert not (work / "results/demo/attempts/check/L1_T005.json").exists()
-    assert "not an attempt" in Path(smk.log[0]).read_text()
+    assert "not counted as an attempt" in Path(smk.log[0]).read_text()
 
 
 def test_compile_threads_default_one_and_a_bad_value_named():

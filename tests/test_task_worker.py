@@ -91,26 +91,32 @@ def test_the_flag_reaches_only_the_jobs_it_serves():
     import yaml
 
     cfg = yaml.safe_load((ROOT / "config/config.yaml").read_text())
-    assert cfg["timing"]["task_worker"] is False
+    assert cfg["timing"]["task_worker"] is True  # the default since session nineteen
+    off = cfg | {"timing": {"task_worker": False}}
     for kind, mode in (("check", None), ("time", "default"), ("time", "torch_compile"), ("build", None)):
         assert "timing" not in plan.evaluation_params(kind, "sha", cfg, mode)
-    on = cfg | {"timing": {"task_worker": True, "task_worker_idle_s": 60}}
-    assert plan.evaluation_params("check", "sha", on)["timing"] == {"task_worker": True}
+        served = kind == "check" or mode == "default"
+        want = {"task_worker": False} if served else None
+        assert plan.evaluation_params(kind, "sha", off, mode).get("timing") == want
+    on = cfg | {"timing": {"task_worker": True, "task_worker_idle_s": 60}}  # as the default: no key
+    assert "timing" not in plan.evaluation_params("check", "sha", on)
     for mode in plan.TASK_WORKER_MODES:
-        assert plan.evaluation_params("time", "sha", on, mode)["timing"] == {"task_worker": True}
-    for mode in ("torch_compile", "torch_compile_reduce_overhead"):
         assert "timing" not in plan.evaluation_params("time", "sha", on, mode)
-    assert "timing" not in plan.evaluation_params("build", "sha", on)
+        assert plan.evaluation_params("time", "sha", off, mode)["timing"] == {"task_worker": False}
+    for mode in ("torch_compile", "torch_compile_reduce_overhead"):
+        assert "timing" not in plan.evaluation_params("time", "sha", off, mode)
+    assert "timing" not in plan.evaluation_params("build", "sha", off)
     run_task = script_module("run_task")
-    for kind, mode, want in (("check", "default", True), ("time", "cudnn", True), ("time", "torch_compile", False)):
-        params = plan.evaluation_params(kind, "sha", on, mode)
-        smk = SimpleNamespace(
-            params=SimpleNamespace(kind=kind, backend="cuda", ext_dir="e", protocol_params=params, strict=None),
-            wildcards=SimpleNamespace(tid="L1_T001", mode=mode, protocol="paper"),
-            input=SimpleNamespace(build="b.json", check="c.json"),
-            config={"results_dir": "results", "device": "h100"},
-        )
-        assert bool(run_task.make_job(smk).get("task_worker")) is want, (kind, mode)
+    for conf, served in ((on, True), (off, False)):
+        for kind, mode, want in (("check", "default", True), ("time", "cudnn", True), ("time", "torch_compile", False)):
+            params = plan.evaluation_params(kind, "sha", conf, mode)
+            smk = SimpleNamespace(
+                params=SimpleNamespace(kind=kind, backend="cuda", ext_dir="e", protocol_params=params, strict=None),
+                wildcards=SimpleNamespace(tid="L1_T001", mode=mode, protocol="paper"),
+                input=SimpleNamespace(build="b.json", check="c.json"),
+                config={"results_dir": "results", "device": "h100"},
+            )
+            assert bool(run_task.make_job(smk).get("task_worker")) is (want and served), (kind, mode, served)
 
 
 def test_design_7_excludes_the_other_designs():
@@ -118,6 +124,9 @@ def test_design_7_excludes_the_other_designs():
     for other in ("shared_sections", "cuda_start_outside_lock"):
         with pytest.raises(plan.PlanError, match="alternative timing designs"):
             plan.check_timing({"task_worker": True, other: True})
+        with pytest.raises(plan.PlanError, match="task_worker is on by default: set task_worker: false"):
+            plan.check_timing({other: True})
+        plan.check_timing({"task_worker": False, other: True})
     cfg = {"timing": {"task_worker": "yes"}}
     plan.normalise_cli_values(cfg)
     assert cfg["timing"]["task_worker"] is True
@@ -196,13 +205,33 @@ def test_a_killed_worker_costs_only_its_step(tasks, tmp_path):
 
 
 def test_a_crash_in_a_step_fails_that_job_only(tasks, tmp_path):
-    """L1_T006 kills its own process (SIGKILL) when its model runs: the step fails as a crash;
-    the task's next step starts a fresh worker."""
-    with pytest.raises(JobFailed, match="died during the step"):
+    """L1_T006 kills its own process (SIGKILL) when its model runs: the step fails as a crash,
+    named as a one-shot worker's crash is; the task's next step starts a fresh worker."""
+    with pytest.raises(JobFailed, match=r"L1_T006: worker crashed \(signal SIGKILL\), see log"):
         served(tmp_path, job(tasks, tmp_path, "L1_T006"))
     before = json.loads(json.dumps(job(tasks, tmp_path, "L1_T006", "time")))
-    with pytest.raises(JobFailed, match="died during the step"):
+    with pytest.raises(JobFailed, match=r"worker crashed \(signal SIGKILL\)"):
         served(tmp_path, before)
+
+
+@pytest.mark.parametrize("code, how", [("os.kill(os.getpid(), signal.SIGKILL)", "signal SIGKILL"),
+                                       ("os._exit(3)", "exit code 3")])
+def test_how_a_worker_ended_reaches_a_job_side_that_is_not_its_parent(tmp_path, code, how):
+    """A later step's job script did not start the worker, so it cannot wait for it: the shell
+    that did writes ``<pid> <status>`` when it ends, and the job side reads it from there."""
+    import subprocess
+
+    from l1bench import taskworker
+
+    path = taskworker.exit_file(tmp_path / "L1_T001.log")
+    script = f"import os, signal; print(os.getpid(), flush=True); {code}"
+    proc = subprocess.Popen(["/bin/sh", "-c", taskworker._NANNY, "sh", str(path), sys.executable, "-c", script],
+                            stdout=subprocess.PIPE, text=True, start_new_session=True)
+    pid = int(proc.stdout.readline())
+    proc.wait(timeout=30)
+    assert taskworker.how_it_ended(path, pid) == how
+    assert taskworker.how_it_ended(path, pid + 1, wait_s=0.1) is None  # another worker's end
+    assert taskworker.how_it_ended(tmp_path / "none.exit", pid, wait_s=0.1) is None
 
 
 def test_a_timeout_kills_the_worker(tasks, tmp_path):

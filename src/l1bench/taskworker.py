@@ -1,4 +1,4 @@
-"""The job script's side of a task worker (timing design 7, opt-in ``timing.task_worker``).
+"""The job script's side of a task worker (timing design 7, the default: ``timing.task_worker``).
 
 A job that the task worker serves (:func:`l1bench.plan.serves_task_worker`: a check, or an
 eager-mode time job) does not start a worker of its own. :func:`run_in_task_worker` instead:
@@ -34,7 +34,7 @@ import time
 from pathlib import Path
 
 from l1bench import lifeline
-from l1bench.runner import JobFailed, JobStopped, absolute_paths, job_error, overdue, worker_env
+from l1bench.runner import JobFailed, JobStopped, WorkflowGone, absolute_paths, job_error, overdue, worker_env
 from l1bench.worker.outcome import EXIT_INFRA
 from l1bench.worker.serve import MAX_STEPS, foreign_uid, read_line
 
@@ -67,13 +67,46 @@ def _connect(name: str) -> socket.socket | None:
 
 
 def kill_worker(pid: int | None) -> None:
-    """Kill a task worker's process group (it leads its own)."""
+    """Kill a task worker's process group: its own session's, led by the shell that waits for it
+    (:func:`start_worker`)."""
     if not pid:
         return
     try:
-        os.killpg(pid, signal.SIGKILL)
+        os.killpg(os.getpgid(pid), signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
         pass
+
+
+#: The shell that starts a task worker and, when it ends, writes ``<pid> <status>`` to the file
+#: named first (atomically): how a worker ended reaches a later step's job side, which is not
+#: its parent and so cannot wait for it (a one-shot worker's job side is: "worker crashed
+#: (signal SIGKILL)").
+_NANNY = 'f=$1; shift; "$@" & p=$!; wait "$p"; s=$?; echo "$p $s" >"$f.tmp" && mv -f "$f.tmp" "$f"; exit "$s"'
+
+
+def exit_file(server_log: Path) -> Path:
+    """Where the shell of :data:`_NANNY` writes how the task's worker ended (absolute: the shell
+    runs in the task's extension folder)."""
+    return Path(server_log).resolve().with_suffix(".exit")
+
+
+def how_it_ended(path: Path, pid: int, wait_s: float = 2.0) -> str | None:
+    """How worker ``pid`` ended, as a one-shot worker's crash says it ("signal SIGKILL", "exit
+    code 3"), from its shell's :func:`exit_file` (waited for up to ``wait_s``); None when the
+    file does not name it (the shell was killed too, or the worker still runs)."""
+    until = time.monotonic() + wait_s
+    while True:
+        try:
+            got_pid, status = (int(x) for x in Path(path).read_text().split())
+        except (OSError, ValueError):
+            got_pid, status = None, None
+        if got_pid == pid:
+            if status > 128 and status - 128 in signal.valid_signals():
+                return f"signal {signal.Signals(status - 128).name}"
+            return f"exit code {status}"
+        if time.monotonic() > until:
+            return None
+        time.sleep(0.05)
 
 
 class StepLock:
@@ -119,9 +152,10 @@ def start_worker(
     bound = f", at most {int(max_idle)} idle on its GPU" if max_idle else ""
     log.write(f"$ {' '.join(cmd)}  (task worker of {job['tid']}, idle exit after {idle_s:g} s{bound})\n")
     log.flush()
+    nanny = ["/bin/sh", "-c", _NANNY, "sh", str(exit_file(server_log)), *cmd]
     with open(server_log, "a") as out:
         proc = subprocess.Popen(
-            cmd, cwd=scratch, stdout=out, stderr=subprocess.STDOUT, env=worker_env(env), start_new_session=True
+            nanny, cwd=scratch, stdout=out, stderr=subprocess.STDOUT, env=worker_env(env), start_new_session=True
         )
     t0 = time.monotonic()
     while True:
@@ -183,6 +217,8 @@ def run_in_task_worker(
     home = Path(home)
     job = absolute_paths(job)
     name, token = worker_name(home, job["tid"]), lifeline.workflow_token()
+    if not lifeline.alive(token):  # stopped before it began: no worker is started for it
+        raise job_error(job["tid"], WorkflowGone, timeout, section_timeout)
     with StepLock(home / f"{job['tid']}.lock") as step_lock, tempfile.TemporaryDirectory(prefix="l1bench-") as tmp:
         out_path, status = Path(tmp) / "result.json", Path(tmp) / "lock-status.json"
         with open(log_path, "a") as log:
@@ -208,7 +244,13 @@ def run_in_task_worker(
 
                 line = read_line(sock, check)
             if not line:
+                how = how_it_ended(exit_file(home / f"{job['tid']}.log"), pid)
                 kill_worker(pid)  # whatever is left of it
+                if not lifeline.alive(token):
+                    # the worker ends with the workflow (its lifeline): a stop, not the task's fault
+                    raise job_error(job["tid"], WorkflowGone, timeout, section_timeout)
+                if how is not None:  # as a one-shot worker's crash reads (the log names the worker)
+                    raise JobFailed(f"{job['tid']}: worker crashed ({how}), see log")
                 raise JobFailed(f"{job['tid']}: the task worker ({pid}) died during the step, see log")
             reply = json.loads(line)
             log.write(f"task worker {pid}: step done in {reply.get('wall_s', 0):.1f} s, exit status {reply['rc']}"

@@ -19,6 +19,7 @@ from .stats import (
     _protocols,
     _select,
     flag_counts,
+    older_design_counts,
     stall_sensitivity,
     status_counts,
     summary_table,
@@ -151,20 +152,39 @@ def _flag_table(df) -> str:
 
 
 def timing_design_lines(df) -> list[str]:
-    """Say how many scores were timed before the timing-isolation work (design 1), when any were."""
+    """Say how many scores were timed before the timing-isolation work (design 1), when any were,
+    and how many were not timed with the design their mode's jobs run under now, at the
+    workflow's default (:func:`l1bench.plan.default_design`): those a re-timing (``l1bench
+    retime``) would renew."""
+    from ..plan import TASK_WORKER_MODES, default_design
+
     counts = timing_design_counts(df)
     if not counts:
         return []
     old = counts.get(1, 0)
     parts = ", ".join(f"design {k}: {v}" for k, v in counts.items())
-    return [
+    lines = [
         f"Measured scores by the timing design that made them ({parts}). Design 1 is the design before "
         "the timing-isolation work: other jobs' start-up, driver calls and threads could reach its timed "
         f"calls; **{old} of {sum(counts.values())} scores are still from it** until they are timed again "
         "(`timing_design` in scores.csv; RUN_NOTES says what each design changed)."
         if old
-        else f"Measured scores by the timing design that made them ({parts}).",
+        else f"Measured scores by the timing design that made them ({parts})."
     ]
+    due, scored = older_design_counts(df, default_design)
+    if scored:
+        eager, compiled = default_design(TASK_WORKER_MODES[0]), default_design("torch_compile")
+        now = (
+            f"design {compiled}" if eager == compiled
+            else f"design {eager} for the default, CUDA Graph and cuDNN modes and {compiled} for the torch.compile "
+            "modes"
+        )
+        lines += ["", (
+            f"The workflow's default timing design is {now}: **{due} of {scored} scores were timed under "
+            "another design** and stay until they are timed again (`l1bench retime`)."
+            if due else f"Every score was timed under the workflow's default timing design ({now})."
+        )]
+    return lines
 
 
 def render_summary_markdown(df) -> str:

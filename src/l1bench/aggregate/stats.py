@@ -184,6 +184,17 @@ def stall_sensitivity(df) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def older_design_counts(df, design_of) -> tuple[int, int]:
+    """(scored time results not made with their mode's design, scored time results):
+    ``design_of(mode)`` names the design each mode's jobs run under now (the workflow's
+    default, :func:`l1bench.plan.default_design`)."""
+    if "timing_design" not in df or "mode" not in df:
+        return 0, 0
+    ok = df[(df["status"] == Status.OK) & df["timing_design"].notna()]
+    now = ok["mode"].map(design_of)
+    return int((ok["timing_design"].astype(int) != now).sum()), len(ok)
+
+
 def timing_design_counts(df) -> dict:
     """{design: measured results} over the scored time results (``timing_design`` column)."""
     if "timing_design" not in df:

@@ -90,17 +90,20 @@ TIMING_DESIGN_SHARED = 5
 #:    inside the lock. An alternative to design 5, not combinable with it. Not yet measured on a
 #:    GPU (docs/architecture.md).
 TIMING_DESIGN_CUDA_OUTSIDE = 6
-#: 7 (opt-in: config ``timing.task_worker``, ``job["task_worker"]``): design 4, but a task's check
+#: 7 (the default since session nineteen: config ``timing.task_worker``, ``job["task_worker"]``;
+#:    ``task_worker: false`` is design 4): design 4, but a task's check
 #:    and its eager-mode time steps (default, cuda_graph, cudnn; paper and strict) are served one
 #:    after another by one process per task (:mod:`l1bench.worker.serve`), so CUDA starts, and the
 #:    GPU's first-use work is paid, once per task rather than once per step; torch's settings are
 #:    put back after each step and the process retires after a step that patched torch. The
-#:    compile modes keep a process per step. Not yet measured on a GPU (docs/architecture.md).
+#:    compile modes keep a process per step. Measured on an H200 and two H100s: as clean as
+#:    design 4, and the 41-task slice in 415 s against design 4's ~507 s of lock
+#:    (docs/architecture.md, results/h100/RUN_NOTES.md sessions thirteen to nineteen).
 TIMING_DESIGN_TASK_WORKER = 7
 
 
 def timing_design(job: dict) -> int:
-    """The timing design a check or time job runs under (its opt-in flags)."""
+    """The timing design a check or time job runs under (its flags, as :func:`l1bench.plan.job_timing` set them)."""
     if job.get("shared_sections"):
         return TIMING_DESIGN_SHARED
     if job.get("cuda_start_outside_lock"):

@@ -1,4 +1,4 @@
-"""A task worker (timing design 7, opt-in ``timing.task_worker``): one process that serves one
+"""A task worker (timing design 7, the default: ``timing.task_worker``): one process that serves one
 task's check and its eager-mode time steps, one after another, so that CUDA starts and the GPU's
 first-use work (module loading, cuDNN/cuBLAS set-up) is paid once per task instead of once per
 step. Run as ``python -m l1bench.worker.serve NAME IDLE_S [MAX_STEPS [MAX_IDLE]]`` by
