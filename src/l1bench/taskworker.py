@@ -84,6 +84,13 @@ def kill_worker(pid: int | None) -> None:
 _NANNY = 'f=$1; shift; "$@" & p=$!; wait "$p"; s=$?; echo "$p $s" >"$f.tmp" && mv -f "$f.tmp" "$f"; exit "$s"'
 
 
+def status_text(status: int) -> str:
+    """A shell's exit status as a one-shot worker's crash names it: 128 + n is signal n."""
+    if status > 128 and status - 128 in signal.valid_signals():
+        return f"signal {signal.Signals(status - 128).name}"
+    return f"exit code {status}"
+
+
 def exit_file(server_log: Path) -> Path:
     """Where the shell of :data:`_NANNY` writes how the task's worker ended (absolute: the shell
     runs in the task's extension folder)."""
@@ -101,9 +108,7 @@ def how_it_ended(path: Path, pid: int, wait_s: float = 2.0) -> str | None:
         except (OSError, ValueError):
             got_pid, status = None, None
         if got_pid == pid:
-            if status > 128 and status - 128 in signal.valid_signals():
-                return f"signal {signal.Signals(status - 128).name}"
-            return f"exit code {status}"
+            return status_text(status)
         if time.monotonic() > until:
             return None
         time.sleep(0.05)
@@ -164,7 +169,8 @@ def start_worker(
             return sock, proc.pid
         if proc.poll() is not None:
             raise JobFailed(
-                f"{job['tid']}: the task worker exited ({proc.returncode}) before it listened, see {server_log}"
+                f"{job['tid']}: the task worker exited ({status_text(proc.returncode)}) before it listened, "
+                f"see {server_log}"
             )
         if time.monotonic() - t0 > START_TIMEOUT_S:
             kill_worker(proc.pid)
@@ -244,11 +250,12 @@ def run_in_task_worker(
 
                 line = read_line(sock, check)
             if not line:
-                how = how_it_ended(exit_file(home / f"{job['tid']}.log"), pid)
-                kill_worker(pid)  # whatever is left of it
                 if not lifeline.alive(token):
                     # the worker ends with the workflow (its lifeline): a stop, not the task's fault
+                    kill_worker(pid)
                     raise job_error(job["tid"], WorkflowGone, timeout, section_timeout)
+                how = how_it_ended(exit_file(home / f"{job['tid']}.log"), pid)  # before its shell goes
+                kill_worker(pid)  # whatever is left of it
                 if how is not None:  # as a one-shot worker's crash reads (the log names the worker)
                     raise JobFailed(f"{job['tid']}: worker crashed ({how}), see log")
                 raise JobFailed(f"{job['tid']}: the task worker ({pid}) died during the step, see log")

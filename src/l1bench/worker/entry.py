@@ -96,7 +96,7 @@ TIMING_DESIGN_CUDA_OUTSIDE = 6
 #:    after another by one process per task (:mod:`l1bench.worker.serve`), so CUDA starts, and the
 #:    GPU's first-use work is paid, once per task rather than once per step; torch's settings are
 #:    put back after each step and the process retires after a step that patched torch. The
-#:    compile modes keep a process per step. Measured on an H200 and two H100s: as clean as
+#:    compile modes keep a process per step. Measured on H200s and H100s: as clean as
 #:    design 4, and the 41-task slice in 415 s against design 4's ~507 s of lock
 #:    (docs/architecture.md, results/h100/RUN_NOTES.md sessions thirteen to nineteen).
 TIMING_DESIGN_TASK_WORKER = 7
