@@ -73,16 +73,20 @@ first= first_tree=
 spread_runs=("${runs[@]:1}")
 if [ -n "${FIRST_TREE:-}" ]; then  # the first run is an earlier call's: every run named here follows it
     first_tree=${FIRST_TREE%/}
+    # On a node that stayed up, the earlier call's results are in .devstate (device_run.sh packs
+    # them there and unpacks them as it starts): unpack them now, before the tree is read.
+    [ -f .devstate/results.tgz ] && tar xzf .devstate/results.tgz --keep-newer-files 2>/dev/null
     if ! [ -d "$first_tree/build" ]; then
         echo "repeat_runs.sh: FIRST_TREE=$first_tree has no build/ folder (extract the earlier call's results.tgz into the working tree first)" >&2
         exit 2
     fi
-    # The device's working tree follows this machine's at every call: only ignored paths
-    # (build/ext/) stay, so a tree the device wrote loses its build and check results unless
-    # it was extracted here (l1bench take) and so travels. Then prepare would copy nothing and
-    # every run would build again, silently unlike the first run (session nineteen's s1 and c3).
+    # A lent node's working tree follows the caller's at every call: only ignored paths
+    # (build/ext/, .devstate/) stay, so a tree the node wrote loses its build and check results
+    # unless .devstate has them (above) or the caller extracted the tree so that it travels.
+    # Then prepare would copy nothing and every run would build again, silently unlike the first
+    # run (session nineteen's s1 and c3, before .devstate was unpacked here).
     if ! compgen -G "$first_tree/check/*.json" >/dev/null || ! compgen -G "$first_tree/build/*.json" >/dev/null; then
-        echo "repeat_runs.sh: FIRST_TREE=$first_tree has no build or check results (build/*.json, check/*.json): extract the earlier call's results.tgz into the working tree here so that it travels (the device keeps only ignored paths such as build/ext/)" >&2
+        echo "repeat_runs.sh: FIRST_TREE=$first_tree has no build or check results (build/*.json, check/*.json), here or in .devstate/results.tgz: extract the earlier call's results.tgz into the working tree so that it travels" >&2
         exit 2
     fi
     if ! [ -d "$first_tree/build/ext" ]; then

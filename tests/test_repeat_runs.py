@@ -111,17 +111,31 @@ def test_a_later_call_follows_an_earlier_calls_first_run(tmp_path):
     assert not (repo / "out3" / "s2").exists()
 
 
-def test_a_first_tree_the_device_kept_only_the_extensions_of_stops_in_one_line(tmp_path):
-    """The device's working tree follows this machine's at each call: a tree it wrote keeps only
-    its ignored build/ext/ unless extracted here. Session nineteen's later runs then copied
-    nothing and built everything again; now the call stops before any run."""
+def test_a_first_tree_the_device_kept_only_the_extensions_of_is_restored_or_stops(tmp_path):
+    """A lent node's working tree follows the caller's at each call: a tree the node wrote keeps
+    only its ignored build/ext/ unless extracted there. Session nineteen's later runs then copied
+    nothing and built everything again. Now the node's own copy (.devstate/results.tgz, which
+    device_run.sh packs) is unpacked first; without one the call stops before any run."""
     proc, repo = repeat_runs(tmp_path, "out", "d7", "c1:305", "--", "--config", "device=h100")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     tree = repo / "results/d7-c1/h100"
+    (repo / ".devstate").mkdir()
+    subprocess.run(["tar", "czf", ".devstate/results.tgz", "--exclude=*/build/ext", "results"], cwd=repo, check=True)
     shutil.rmtree(tree / "check")
     (tree / "build" / "L1_T001.json").unlink()
     env = dict(os.environ, PATH=f"{tmp_path / 'bin'}{os.pathsep}{os.environ['PATH']}", FIRST_TREE=str(tree))
-    proc = subprocess.run(["bash", "scripts/repeat_runs.sh", "out2", "d7", "s1:400:serial", "--", "--config",
-                           "device=h100"], cwd=repo, env=env, capture_output=True, text=True, timeout=120, check=False)
+
+    def follow(out):
+        return subprocess.run(["bash", "scripts/repeat_runs.sh", out, "d7", "s1:400:serial", "--", "--config",
+                               "device=h100"], cwd=repo, env=env, capture_output=True, text=True, timeout=120,
+                              check=False)
+
+    proc = follow("out2")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert (repo / "out2" / "s1" / "call.txt").read_text().splitlines()[:3] == ["budget=400", "prepared=yes", "ext=yes"]
+    (repo / ".devstate" / "results.tgz").unlink()
+    shutil.rmtree(tree / "check")
+    (tree / "build" / "L1_T001.json").unlink()
+    proc = follow("out3")
     assert proc.returncode == 2 and "has no build or check results" in proc.stderr, proc.stderr
-    assert proc.stderr.count("\n") == 1 and not (repo / "out2" / "s1").exists()
+    assert proc.stderr.count("\n") == 1 and not (repo / "out3" / "s1").exists()
