@@ -4,8 +4,10 @@
 finished results tree into a new one, so that a run of the workflow with ``results_dir``
 pointing there plans only the time jobs; built extensions can be shared with an earlier such
 tree (``--ext-from``: hard links, so no task builds its extension twice on one machine).
-``--stages check`` copies the checks only, so the run rebuilds the extensions as build jobs,
-in parallel (checks are not redone: evaluation inputs are ``ancient``).
+``--stages check`` copies the checks only: the run plans no build and no check job (a time
+job's inputs are its check, ``ancient``), and each task's first time job builds its extension
+again as it loads it, the GPU lock released while compiling, in parallel across tasks (the
+release's eager modes with design 7: 793 time jobs and nothing else, by a dry run).
 
 ``adopt`` brings the time results of such a tree back into the finished one: each result
 replaces the one it re-times (written atomically), so a release is re-timed in place in as
