@@ -224,8 +224,7 @@ def by_bound(rows: list[dict], tol: float = AGREEMENT) -> dict:
     out: dict = {"unknown": sum(r.get("host_bound") is None for r in rows)}
     for name, keep in (("gpu", lambda b: b == []), ("host", lambda b: bool(b))):
         diffs = [r["rel_diff"] for r in rows if r.get("host_bound") is not None and keep(r["host_bound"])]
-        out[name] = {"n": len(diffs), "median": statistics.median(diffs) if diffs else None,
-                     "max": max(diffs) if diffs else None, "within": sum(d <= tol for d in diffs)}
+        out[name] = {**_median_of(diffs), "max": max(diffs) if diffs else None, "within": sum(d <= tol for d in diffs)}
     return out
 
 
@@ -341,8 +340,13 @@ def render_targets(rr: dict) -> str:
     return f"* issue #13's targets for two runs: {parts}; **{verdict}**"
 
 
+def _pct(x) -> str:
+    """A relative difference as the spread pages write it (one decimal, ``NA`` for none)."""
+    return NA if x is None else f"{100 * x:.1f} %"
+
+
 def render_run_to_run(rr: dict, first_label: str, second_label: str, with_targets: bool = False) -> str:
-    pct = lambda x: NA if x is None else f"{100 * x:.1f} %"  # noqa: E731
+    pct = _pct
     lines = [
         f"# Run-to-run spread: {MODE_LABELS.get(rr['mode'], rr['mode'])} ({rr['protocol']} protocol)",
         "",
@@ -408,7 +412,7 @@ def render_bound(rr: dict, with_targets: bool = False) -> str | None:
     gpu, host = bound.get("gpu") or {}, bound.get("host") or {}
     if not (gpu.get("n") or host.get("n")):
         return None
-    pct = lambda x: NA if x is None else f"{100 * x:.1f} %"  # noqa: E731
+    pct = _pct
     tol = f"±{100 * rr.get('tol', AGREEMENT):.0f} %"
 
     def part(name, b):

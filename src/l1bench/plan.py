@@ -75,12 +75,10 @@ BASE_DESIGN = 4
 
 def default_design(mode: str) -> int:
     """The timing design a time job of ``mode`` runs under at the default flags
-    (:data:`DEFAULT_TIMING`): 7 for the eager modes a task worker serves, else
-    :data:`BASE_DESIGN` (the compile modes keep a process per job)."""
-    for key in TIMING_FLAGS:
-        if DEFAULT_TIMING[key] and (key != "task_worker" or mode in TASK_WORKER_MODES):
-            return TIMING_DESIGNS[key]
-    return BASE_DESIGN
+    (:data:`DEFAULT_TIMING`), as :func:`job_timing` gives its flags: 7 for the eager modes a task
+    worker serves, else :data:`BASE_DESIGN` (the compile modes keep a process per job)."""
+    on = job_timing("time", mode, None)
+    return next((TIMING_DESIGNS[key] for key in TIMING_FLAGS if on.get(key)), BASE_DESIGN)
 
 
 class PlanError(ValueError):

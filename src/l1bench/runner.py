@@ -127,14 +127,19 @@ def run_worker(
         if rc == EXIT_INFRA:
             raise JobFailed(f"{job['tid']}: infrastructure failure (CUDA fault or out of memory), see log", "infra")
         if rc != 0:
-            how = f"signal {signal.Signals(-rc).name}" if rc < 0 else f"exit code {rc}"
-            raise JobFailed(f"{job['tid']}: worker crashed ({how}), see log")
+            raise JobFailed(f"{job['tid']}: worker crashed ({exit_text(rc)}), see log")
         if not out_path.exists():
             raise JobFailed(f"{job['tid']}: worker exited 0 without a result")
         return json.loads(out_path.read_text())
 
 
 PATH_KEYS = ("task_dir", "ext_dir", "build_result", "check_result", "lock_dir")
+
+
+def exit_text(rc: int) -> str:
+    """A worker's return code as a crash names it: ``signal SIGKILL`` for -9 (Popen's way of
+    saying a signal ended it), else ``exit code N``. Shared with the task worker's job side."""
+    return f"signal {signal.Signals(-rc).name}" if rc < 0 else f"exit code {rc}"
 
 
 def absolute_paths(job: dict) -> dict:

@@ -34,7 +34,16 @@ import time
 from pathlib import Path
 
 from l1bench import lifeline
-from l1bench.runner import JobFailed, JobStopped, WorkflowGone, absolute_paths, job_error, overdue, worker_env
+from l1bench.runner import (
+    JobFailed,
+    JobStopped,
+    WorkflowGone,
+    absolute_paths,
+    exit_text,
+    job_error,
+    overdue,
+    worker_env,
+)
 from l1bench.worker.outcome import EXIT_INFRA
 from l1bench.worker.serve import MAX_STEPS, foreign_uid, read_line
 
@@ -85,10 +94,11 @@ _NANNY = 'f=$1; shift; "$@" & p=$!; wait "$p"; s=$?; echo "$p $s" >"$f.tmp" && m
 
 
 def status_text(status: int) -> str:
-    """A shell's exit status as a one-shot worker's crash names it: 128 + n is signal n."""
+    """A shell's exit status as a one-shot worker's crash names it (:func:`l1bench.runner.exit_text`):
+    the shell reports a child ended by signal n as 128 + n."""
     if status > 128 and status - 128 in signal.valid_signals():
-        return f"signal {signal.Signals(status - 128).name}"
-    return f"exit code {status}"
+        return exit_text(128 - status)
+    return exit_text(status)
 
 
 def exit_file(server_log: Path) -> Path:

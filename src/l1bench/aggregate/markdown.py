@@ -11,6 +11,7 @@ import pandas as pd
 from tabulate import tabulate
 
 from .. import hostclock, stalls
+from ..plan import TASK_WORKER_MODES, default_design
 from ..results import AGREEMENT, Flag, Status
 from .conventions import MISSING, MISSING_AS_ONE, NA, SPEEDUP_THRESHOLD, STAT_ROWS, _mode_key, _mode_label, status_class
 from .stats import (
@@ -156,8 +157,6 @@ def timing_design_lines(df) -> list[str]:
     and how many were not timed with the design their mode's jobs run under now, at the
     workflow's default (:func:`l1bench.plan.default_design`): those a re-timing (``l1bench
     retime``) would renew."""
-    from ..plan import TASK_WORKER_MODES, default_design
-
     counts = timing_design_counts(df)
     if not counts:
         return []
