@@ -1,6 +1,7 @@
 # Helpers only: config validation, the task table, paths and input functions. The logic
 # lives in l1bench.plan (tested in tests/test_plan.py): the helpers here pass it the
 # workflow's globals, and keep what needs Snakemake (workflow, ancient, WorkflowError).
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -19,6 +20,7 @@ try:
     from l1bench import release as rel
     from l1bench import (
         archive,
+        attempts,
         fetch,
         freshness,
         hostclock,
@@ -342,6 +344,25 @@ def build_priority(wildcards):
 def check_priority(wildcards):
     """plan.check_priority of a check job (its level-3 boost only with a compile mode)."""
     return plan.check_priority(wildcards.tid, MODES)
+
+
+#: The run's GPU job slots (Snakemake's `gpu` resource; None without a bound), which every job
+#: can read (attempts.GPU_SLOTS_ENV): one that took fewer shared the GPU.
+GPU_SLOTS = getattr(workflow.global_resources.get("gpu"), "value", None)
+if GPU_SLOTS is not None:
+    os.environ[attempts.GPU_SLOTS_ENV] = str(GPU_SLOTS)
+
+
+def gpu_slots(wildcards):
+    """plan.gpu_slots of a check or time job: every slot once an attempt ran out of GPU memory
+    beside other jobs (its attempts ledger)."""
+    w = dict(wildcards.items())
+    out = (
+        f"{RES}/time/{w['protocol']}/{w['mode']}/{w['tid']}.json"
+        if "mode" in w
+        else f"{RES}/check/{w['tid']}.json"
+    )
+    return plan.gpu_slots(attempts.load(attempts.ledger_path(RES, out)), GPU_SLOTS)
 
 
 def compile_slots(wildcards):

@@ -40,7 +40,7 @@ rule check_task:
         "../envs/environment.yaml"
     threads: EVALUATION_THREADS
     resources:
-        gpu=1,
+        gpu=gpu_slots,
     params:
         kind="check",
         backend="cpu" if IS_DEMO else "cuda",
@@ -65,7 +65,7 @@ rule time_task:
         "../envs/environment.yaml"
     threads: EVALUATION_THREADS
     resources:
-        gpu=1,
+        gpu=gpu_slots,
         compile=compile_slots,
     params:
         kind="time",

@@ -227,6 +227,7 @@ def ledger_file(smk) -> Path:
 def run_job(smk, job: dict) -> dict:
     """The job's result from a worker: its task's worker (design 7, ``job["task_worker"]``) or a
     worker of its own; JobFailed/JobStopped as :func:`l1bench.runner.run_worker` raises them."""
+    from l1bench.plan import task_worker_max_idle
     from l1bench.runner import run_worker
     from l1bench.taskworker import run_in_task_worker
 
@@ -240,7 +241,7 @@ def run_job(smk, job: dict) -> dict:
             worker_env(smk),
             section_timeout=section_timeout,
             idle_s=float((smk.config.get("timing") or {}).get("task_worker_idle_s", 60)),
-            max_idle=int((smk.config.get("timing") or {}).get("task_worker_max_idle", 0)),
+            max_idle=task_worker_max_idle(smk.config.get("timing")),
         )
     return run_worker(job, smk.params.timeout, smk.log[0], worker_env(smk), section_timeout=section_timeout)
 
@@ -252,6 +253,7 @@ def main(smk) -> None:
     from l1bench.preflight import DRAINED_MARK
     from l1bench.runner import JobFailed, JobStopped
 
+    log_start = len(Path(smk.log[0]).read_text(errors="replace")) if Path(smk.log[0]).exists() else 0
     setup_logging(smk.log[0])  # appended to: the worker writes into the same log
     drain = os.environ.get(DRAIN_ENV)
     if drain and Path(drain).exists():
@@ -270,14 +272,22 @@ def main(smk) -> None:
             logging.error("STOPPED (no result written, not counted as an attempt): %s", err)
             sys.exit(f"{smk.rule}: {err}")
         except JobFailed as err:
-            detail = attempts_mod.last_error_line(Path(smk.log[0]).read_text(errors="replace"))
-            attempts = attempts_mod.record(ledger, str(err), err.kind, detail)
+            text = Path(smk.log[0]).read_text(errors="replace")[log_start:]  # this attempt's lines
+            detail = attempts_mod.last_error_line(text)
+            extra = {}
+            if attempts_mod.out_of_memory(text):  # beside other jobs, it does not count (attempts.counted)
+                slots = getattr(smk.resources, "gpu", None)
+                extra = {"out_of_memory": True, "gpu_slots": slots,
+                         "gpu_shared": attempts_mod.gpu_shared(slots, os.environ.get(attempts_mod.GPU_SLOTS_ENV))}
+            attempts = attempts_mod.record(ledger, str(err), err.kind, detail, **extra)
             res = gave_up(job, attempts, max_attempts)
             if res is None:
                 logging.error(
-                    "FAILED (no result written; the next run retries, attempt %d of %s): %s",
-                    len(attempts),
+                    "FAILED (no result written; the next run retries, attempt %d of %s%s): %s",
+                    len(attempts_mod.counted(attempts)),
                     max_attempts or "unlimited",
+                    "; out of GPU memory beside other jobs: not counted, the retry takes the GPU alone"
+                    if attempts_mod.ran_out_sharing(attempts[-1:]) else "",
                     err,
                 )
                 sys.exit(f"{smk.rule}: {err}")

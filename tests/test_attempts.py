@@ -136,3 +136,41 @@ def test_a_job_log_set_up_by_l1bench_log_is_read_back(tmp_path):
     assert re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} FAILED \(no result written.*SIGKILL\)", lines[2])
     assert attempts.log_error(log.read_text()) == (
         "L1_T005: worker crashed (signal SIGKILL)", "RuntimeError: CUDA error: misaligned address")
+
+
+OOM_LOG = """\
+2026-12-05 21:20:20,901 job {'kind': 'time', 'tid': 'L2_T020'}
+task worker 806 of L2_T020: step 2 (waited 9.8 s for the task's earlier steps)
+l1bench worker: infrastructure failure: warm-up: OutOfMemoryError: CUDA out of memory. Tried to allocate 512.00 MiB.
+task worker 806: step done in 0.0 s, exit status 3; it retires: infrastructure failure (CUDA fault or out of memory)
+"""
+
+
+def test_out_of_memory_is_torchs_error_not_the_generic_infra_message():
+    """The retire line and run_task's FAILED line always say "CUDA fault or out of memory": only
+    torch's own error marks an attempt that ran out of GPU memory."""
+    assert attempts.out_of_memory(OOM_LOG)
+    assert attempts.out_of_memory("RuntimeError: CUDA error: out of memory")
+    generic = OOM_LOG.replace("OutOfMemoryError: CUDA out of memory", "AcceleratorError: CUDA error: illegal address")
+    assert not attempts.out_of_memory(generic)
+    assert attempts.gpu_shared(1, "32") and not attempts.gpu_shared(32, "32")
+    assert not attempts.gpu_shared(1, None) and not attempts.gpu_shared(None, 32)  # unknown: not shared
+
+
+def test_out_of_memory_beside_other_jobs_is_recorded_but_not_counted(tmp_path):
+    """Session twenty's H100 re-time: three out-of-memory attempts on a crowded GPU gave tasks
+    that fit it alone a terminal crashed. Such attempts stay in the ledger (and the terminal
+    reason) but do not count; one that ran out with the GPU to itself counts."""
+    ledger = tmp_path / "ledger.json"
+    err = "L2_T020: infrastructure failure (CUDA fault or out of memory), see log"
+    for _ in range(3):
+        got = attempts.record(ledger, err, "infra", out_of_memory=True, gpu_shared=True, gpu_slots=1)
+    assert attempts.ran_out_sharing(got) and attempts.counted(got) == []
+    assert not attempts.given_up(got, 3)
+    got = attempts.record(ledger, err, "infra", out_of_memory=True, gpu_shared=False, gpu_slots=32)
+    got = attempts.record(ledger, "L2_T020: worker crashed (signal SIGKILL)", "crash")
+    assert len(attempts.counted(got)) == 2 and not attempts.given_up(got, 3)
+    got = attempts.record(ledger, err, "infra")  # a CUDA fault (no out-of-memory mark): counted
+    assert attempts.given_up(got, 3)
+    reason = attempts.terminal_reason(got)
+    assert reason.startswith("broke in all 3 attempts, 3 more out of GPU memory beside other jobs (")

@@ -340,7 +340,7 @@ def test_timing_flags_are_in_the_params_only_when_on():
     cfg = dict(CONFIG)
     assert cfg["timing"] == {
         "shared_sections": False, "cuda_start_outside_lock": False, "task_worker": True, "task_worker_idle_s": 60,
-        "task_worker_max_idle": 0,
+        "task_worker_max_idle": "auto",
     }
     paper = {"release": "sha", "paper": cfg["paper"]}
     for kind in ("check", "time"):
@@ -582,3 +582,23 @@ def test_design_7_serves_a_tasks_strict_step_right_after_its_paper_steps():
         assert plan.time_priority("strict", mode, "L3_T015", on) == 5
         assert plan.time_priority("paper", mode, "L3_T015", on) == 14
     assert plan.time_priority("strict", "default", "L2_T012", on) > plan.check_priority("L2_T012")
+
+
+def test_a_job_that_ran_out_of_memory_beside_others_takes_every_gpu_slot():
+    """plan.gpu_slots: 1 slot, or the run's every slot once an attempt ran out of GPU memory
+    beside other jobs; no bound (None) or one slot: 1. Snakemake's Resource objects carry .value."""
+    from types import SimpleNamespace
+
+    shared = [{"kind": "infra", "out_of_memory": True, "gpu_shared": True}]
+    alone = [{"kind": "infra", "out_of_memory": True, "gpu_shared": False}]
+    assert plan.gpu_slots([], 32) == 1 and plan.gpu_slots(alone, 32) == 1
+    assert plan.gpu_slots([{"kind": "crash"}], 32) == 1
+    assert plan.gpu_slots(shared, 32) == 32 and plan.gpu_slots(shared, SimpleNamespace(value=8)) == 8
+    assert plan.gpu_slots(shared, None) == 1 and plan.gpu_slots(shared, 1) == 1
+
+
+def test_task_worker_max_idle_auto_is_minus_one():
+    assert plan.task_worker_max_idle({}) == -1 and plan.task_worker_max_idle(None) == -1
+    assert plan.task_worker_max_idle({"task_worker_max_idle": "auto"}) == -1
+    assert plan.task_worker_max_idle({"task_worker_max_idle": 0}) == 0
+    assert plan.task_worker_max_idle({"task_worker_max_idle": 8}) == 8

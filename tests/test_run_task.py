@@ -106,3 +106,68 @@ def test_compile_threads_default_one_and_a_bad_value_named():
     for bad in ("0", "two", "-1", "1.5"):
         with pytest.raises(ValueError, match=f"{runner.COMPILE_THREADS_ENV}='{bad}': expected a whole number"):
             runner.compile_threads({runner.COMPILE_THREADS_ENV: bad})
+
+
+def test_out_of_memory_beside_other_jobs_is_marked_in_the_ledger(work, monkeypatch):
+    """A job that ran out of GPU memory while it held 1 of the run's 32 GPU slots records so in
+    its ledger and is not counted (the retry takes the GPU alone: plan.gpu_slots); the same
+    failure with every slot counts. Only this attempt's log lines are read (an earlier
+    attempt's out-of-memory line in the appended log does not mark a later crash)."""
+    from l1bench import attempts
+    from l1bench.runner import JobFailed
+
+    smk = fake_smk(work, "check", "L1_T005")
+    ledger = work / "results/demo/attempts/check/L1_T005.json"
+    oom = "l1bench worker: infrastructure failure: warm-up: OutOfMemoryError: CUDA out of memory.\n"
+
+    def broken(text):
+        def run_job(smk_, job):
+            with open(smk_.log[0], "a") as fh:
+                fh.write(text)
+            raise JobFailed("L1_T005: infrastructure failure (CUDA fault or out of memory), see log", "infra")
+        return run_job
+
+    monkeypatch.setenv(attempts.GPU_SLOTS_ENV, "32")
+    monkeypatch.setattr(run_task, "run_job", broken(oom))
+    for slots in (1, 1, 1):
+        smk.resources = SimpleNamespace(gpu=slots)
+        with pytest.raises(SystemExit):
+            run_task.main(smk)
+    got = attempts.load(ledger)
+    assert [a["gpu_shared"] for a in got] == [True] * 3 and all(a["out_of_memory"] for a in got)
+    assert not Path(smk.output[0]).exists()  # 3 attempts, none counted: no terminal result
+    assert "not counted, the retry takes the GPU alone" in Path(smk.log[0]).read_text()
+    monkeypatch.setattr(run_task, "run_job", broken("Segmentation fault\n"))
+    with pytest.raises(SystemExit):
+        run_task.main(smk)
+    assert "out_of_memory" not in attempts.load(ledger)[-1]  # the earlier attempts' lines not read
+    smk.resources = SimpleNamespace(gpu=32)
+    monkeypatch.setattr(run_task, "run_job", broken(oom))
+    for _ in range(2):
+        try:
+            run_task.main(smk)
+        except SystemExit:
+            pass
+    res = json.loads(Path(smk.output[0]).read_text())
+    assert res["status"] == "crashed" and len(res["failed_attempts"]) == 6
+    assert res["failed_attempts"][-1]["gpu_shared"] is False
+
+
+def test_the_workflow_gives_a_job_that_ran_out_beside_others_every_gpu_slot(tmp_path):
+    """Snakemake asks plan.gpu_slots through the rule's `gpu` resource: a time job whose ledger
+    holds an out-of-memory attempt beside other jobs takes all 6 slots of `--resources gpu=6`,
+    the others 1 (dry run of the demo release)."""
+    from helpers import SNAKEMAKE, copy_workflow, run
+
+    from l1bench import attempts
+
+    copy_workflow(tmp_path)
+    out = "results/demo/time/paper/default/L1_T001.json"
+    attempts.record(attempts.ledger_path(tmp_path / "results/demo", tmp_path / out), "L1_T001: infrastructure failure",
+                    "infra", out_of_memory=True, gpu_shared=True, gpu_slots=1)
+    proc = run(SNAKEMAKE + ["-n", "--cores", "1", "--resources", "gpu=6", "--config", "device=demo"], tmp_path)
+    text = proc.stdout + proc.stderr
+    assert proc.returncode == 0, text[-2000:]
+    blocks = {b.split("output: ")[1].split("\n")[0]: b for b in text.split("rule ")[1:] if "output: " in b}
+    assert "gpu=6" in blocks[out]
+    assert "gpu=1" in blocks["results/demo/time/paper/default/L1_T002.json"]

@@ -7,7 +7,9 @@ every run and its task x mode would never get a status. Each broken attempt is t
 appended to a small ledger beside the results (``<results>/<device>/attempts/<the result's
 path below it>``, written atomically); once it holds ``max_attempts`` entries the job gets a
 terminal result instead (status ``crashed`` or ``timeout``, the errors as the reason), decided
-without starting the worker again. A later success moves the ledger into its result
+without starting the worker again. An attempt that ran out of GPU memory while other jobs
+shared the GPU is recorded but not counted (:func:`counted`); the retry takes the GPU alone.
+A later success moves the ledger into its result
 (``failed_attempts``). Deleting the result *and* its ledger retries from scratch.
 """
 
@@ -56,9 +58,45 @@ def record(path: str | Path, error: str, kind: str, detail: str = "", when: str 
     return attempts
 
 
+#: Environment variable: the run's ``gpu`` job slots (Snakemake's resource), which the workflow
+#: sets for its jobs; a job that took fewer shared the GPU with other jobs.
+GPU_SLOTS_ENV = "L1BENCH_GPU_SLOTS"
+_OOM = re.compile(r"OutOfMemoryError|CUDA out of memory|CUDA error: out of memory")
+
+
+def out_of_memory(log_text: str) -> bool:
+    """Whether an attempt's job log says the GPU ran out of memory (torch's error, not the
+    generic "CUDA fault or out of memory" of an infrastructure failure)."""
+    return bool(_OOM.search(log_text))
+
+
+def gpu_shared(job_slots, run_slots) -> bool:
+    """Whether a job that took ``job_slots`` of the run's ``run_slots`` GPU job slots may have
+    had other GPU jobs beside it (unknown slots: not shared, as under SLURM, where each job is
+    an allocation of its own)."""
+    try:
+        return int(job_slots) < int(run_slots)
+    except (TypeError, ValueError):
+        return False
+
+
+def ran_out_sharing(attempts: list[dict]) -> bool:
+    """Whether an attempt ran out of GPU memory while other jobs shared the GPU: not the task's
+    own failure (their memory counted too), so it is not counted (:func:`counted`), and the
+    retry runs with the GPU to itself (:func:`l1bench.plan.gpu_slots`)."""
+    return any(a.get("out_of_memory") and a.get("gpu_shared") for a in attempts)
+
+
+def counted(attempts: list[dict]) -> list[dict]:
+    """The attempts that count towards giving up: all but those that ran out of GPU memory
+    while other jobs shared the GPU (session twenty: on an 80 GB H100, three such attempts in
+    nine minutes gave 23 results of tasks that fit the GPU a terminal ``crashed``)."""
+    return [a for a in attempts if not (a.get("out_of_memory") and a.get("gpu_shared"))]
+
+
 def given_up(attempts: list[dict], max_attempts: int) -> bool:
     """Whether a job with these broken attempts gets a terminal result (0 = retry forever)."""
-    return max_attempts > 0 and len(attempts) >= max_attempts
+    return max_attempts > 0 and len(counted(attempts)) >= max_attempts
 
 
 def terminal_status(attempts: list[dict]) -> Status:
@@ -71,7 +109,9 @@ def terminal_reason(attempts: list[dict]) -> str:
     last = attempts[-1]
     span = attempts[0]["when"] if len(attempts) == 1 else f"{attempts[0]['when']} .. {last['when']}"
     detail = f": {last['detail']}" if last.get("detail") else ""
-    return f"broke in all {len(attempts)} attempts ({span}); last: {last['error']}{detail}"
+    shared = len(attempts) - len(counted(attempts))
+    also = f", {shared} more out of GPU memory beside other jobs" if shared else ""
+    return f"broke in all {len(counted(attempts))} attempts{also} ({span}); last: {last['error']}{detail}"
 
 
 #: Lines of a worker log that say where it broke (the worker's own report, a Python exception).

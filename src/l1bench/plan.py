@@ -536,6 +536,29 @@ def evaluation_threads(is_demo: bool) -> int:
     return 1 if is_demo else 0
 
 
+def task_worker_max_idle(timing: Mapping | None) -> int:
+    """``timing.task_worker_max_idle`` as the task worker takes it: the number (0: no bound), or
+    -1 for ``auto`` (the default; :func:`l1bench.worker.serve.auto_idle_bound` of the GPU's
+    memory)."""
+    value = (timing or {}).get("task_worker_max_idle", "auto")
+    return -1 if value == "auto" else int(value)
+
+
+def gpu_slots(attempts: Sequence[Mapping], total) -> int:
+    """The ``gpu`` job slots a check or time job takes: 1, or every slot of the run (``total``,
+    Snakemake's ``gpu`` resource; None or 1: no other GPU job to keep out) once an attempt ran
+    out of GPU memory while other jobs shared the GPU (:func:`l1bench.attempts.ran_out_sharing`):
+    its retry then runs with no other GPU job in flight, so that only the task's own need
+    decides it (session twenty: on an 80 GB H100, 23 results were lost to out-of-memory
+    failures of a crowded GPU)."""
+    from l1bench.attempts import ran_out_sharing
+
+    total = getattr(total, "value", total)  # Snakemake keeps its resources as objects with .value
+    if not isinstance(total, int) or isinstance(total, bool) or total <= 1:
+        return 1
+    return total if ran_out_sharing(attempts) else 1
+
+
 def compile_slots(mode: str) -> int:
     """1 for a torch.compile-mode time job, else 0: the profile's ``compile`` resource caps
     how many run their CPU-bound code generation at once, so the remaining job slots keep

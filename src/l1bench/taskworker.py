@@ -157,14 +157,16 @@ def start_worker(
     name: str, job: dict, env: dict, server_log: Path, idle_s: float, log, max_idle: int = 0
 ) -> tuple[socket.socket, int]:
     """Start the task's worker and connect to it: (connection, pid). ``max_idle``: how many
-    workers may wait idle on its GPU at once (:class:`l1bench.worker.serve.IdleTokens`)."""
+    workers may wait idle on its GPU at once (:class:`l1bench.worker.serve.IdleTokens`; -1: as
+    many as fit its memory, :func:`l1bench.worker.serve.auto_idle_bound`)."""
     scratch = Path(job.get("ext_dir") or tempfile.gettempdir()).resolve()
     scratch.mkdir(parents=True, exist_ok=True)
     server_log.parent.mkdir(parents=True, exist_ok=True)
     cmd = [sys.executable, "-m", "l1bench.worker.serve", name, f"{idle_s:g}"]
     if max_idle:
         cmd += [str(MAX_STEPS), str(int(max_idle))]
-    bound = f", at most {int(max_idle)} idle on its GPU" if max_idle else ""
+    bound = f", at most {int(max_idle)} idle on its GPU" if max_idle > 0 else ""
+    bound = ", idle on its GPU at most as many as fit its memory" if max_idle < 0 else bound
     log.write(f"$ {' '.join(cmd)}  (task worker of {job['tid']}, idle exit after {idle_s:g} s{bound})\n")
     log.flush()
     nanny = ["/bin/sh", "-c", _NANNY, "sh", str(exit_file(server_log)), *cmd]

@@ -27,7 +27,8 @@ What keeps a step as clean as in a fresh process (:class:`TaskWorker`):
 
 The worker ends by itself when no step came for ``IDLE_S`` seconds; after a step, when
 ``MAX_IDLE`` other workers already wait idle on its GPU (:class:`IdleTokens`: each idle worker
-holds its CUDA context, GPU memory no step uses; 0, the default, sets no bound); when the workflow that
+holds its CUDA context, GPU memory no step uses; 0 sets no bound, -1, the default, one from the
+GPU's memory: :func:`auto_idle_bound`); when the workflow that
 started it is gone (:mod:`l1bench.lifeline`), and, during a step, when the job script that sent
 the step is gone (its connection closed): it then kills its process group, as a job's guard
 kills a one-shot worker.
@@ -397,21 +398,60 @@ def read_line(conn: socket.socket, on_wait=None, wait_s: float = 0.5, limit: int
     return data
 
 
+#: ``timing.task_worker_max_idle: auto`` (the default): idle task workers may hold this share of
+#: their GPU's memory, at :data:`IDLE_WORKER_MIB` each. An idle worker's CUDA context and
+#: loaded modules held 714-852 MiB on an H100 (torch 2.11, CUDA 13: the out-of-memory
+#: messages of session twenty's re-time list them); unbounded, 45 idle workers held ~35 GB of
+#: that 80 GB GPU at its fullest, and steps failed out of memory (RUN_NOTES, session twenty).
+IDLE_MEMORY_SHARE = 0.10
+IDLE_WORKER_MIB = 850
+#: The ``max_idle`` that asks for :func:`auto_idle_bound` (``task_worker_max_idle: auto``).
+AUTO = -1
+
+
+def auto_idle_bound(total_mib: float, share: float = IDLE_MEMORY_SHARE, per_worker_mib: float = IDLE_WORKER_MIB) -> int:
+    """How many task workers may wait idle on a GPU of ``total_mib`` MiB: those whose contexts
+    fit in ``share`` of it, at least 1 (an 80 GB H100: 9; a 141 GB H200: 16; 48 GB: 5; 24 GB: 2)."""
+    return max(1, int(share * float(total_mib) // per_worker_mib))
+
+
+def gpu_total_mib() -> float | None:
+    """Total memory of this process's current GPU in MiB, None where CUDA has not started (the
+    bound is asked after a step: a step on the GPU has started it)."""
+    import torch
+
+    if not torch.cuda.is_initialized():
+        return None
+    return torch.cuda.get_device_properties(torch.cuda.current_device()).total_memory / 2**20
+
+
 class IdleTokens:
-    """At most ``n`` task workers wait idle at once per GPU of this machine (``n`` 0: no bound).
+    """At most ``n`` task workers wait idle at once per GPU of this machine (``n`` 0: no bound;
+    :data:`AUTO`: :func:`auto_idle_bound` of the GPU's memory, decided after the first step).
     An idle worker holds one of ``n`` token files (``l1bench-<gpu>.idle<k>`` beside the GPU's
     lock files) under an exclusive flock, and gives it back when a step comes; a worker that
     finds none free after its step exits instead of waiting. The flock goes with the process,
     so a killed worker frees its token."""
 
-    def __init__(self, n: int):
-        self.n = max(0, int(n))
+    def __init__(self, n: int, total_mib=gpu_total_mib):
+        self.n = AUTO if int(n) < 0 else int(n)
+        self._total_mib = total_mib
         self._fh = None
+
+    def bound(self) -> int:
+        """The bound in force (0: none); :data:`AUTO` turns into a number once the GPU is known
+        (no GPU: no bound)."""
+        if self.n == AUTO:
+            total = self._total_mib()
+            if total is None:
+                return 0
+            self.n = auto_idle_bound(total)
+        return self.n
 
     def take(self, lock_dir, device: str | None) -> bool:
         """Hold a free token of ``device``'s GPU (``lock_dir``: the GPU lock's folder, None for
         the default); True when one was free or there is no bound."""
-        if not self.n or self._fh is not None:
+        if not self.bound() or self._fh is not None:
             return True
         from l1bench.gpulock import _made_lock_dir, lock_name, try_flock
 
@@ -494,7 +534,7 @@ def serve(name: str, idle_s: float, max_steps: int = MAX_STEPS, max_idle: int = 
 def main(argv: list[str]) -> int:
     name, idle_s = argv[1], float(argv[2])
     max_steps = int(argv[3]) if len(argv) > 3 else MAX_STEPS
-    max_idle = int(argv[4]) if len(argv) > 4 else 0
+    max_idle = int(argv[4]) if len(argv) > 4 else 0  # -1: AUTO
     return serve(name, idle_s, max_steps, max_idle)
 
 
