@@ -353,6 +353,22 @@ def test_time_strict_pool_memory_cap():
     cfg = {"min_reps": 50, "max_reps": 200, "warmup": 0, "pool_bytes": 64 * 64 * 4 * 8, "pool_chunk": 3}
     res = strict.time_strict(_Work(0), _Work(0), _make_inputs, "cpu", cfg)
     assert res["stop_reason"] == "pool_memory" and res["n"] == 4
+    assert res["pool_bytes"] == 64 * 64 * 4 * 8 and strict.measured_nothing(res) is None
+
+
+def test_time_strict_whose_pool_gives_out_in_the_warm_up_measured_nothing():
+    """A crowded GPU leaves a small pool (30 % of its free memory): the warm-up can take every
+    set, and the result then holds no pair and a NaN score. measured_nothing names it (the
+    strict protocol fails the step with it, retried as out of memory: attempts.out_of_memory)."""
+    cfg = {"min_reps": 10, "max_reps": 200, "warmup": 2, "pool_bytes": 64 * 64 * 4 * 3, "pool_chunk": 3}
+    res = strict.time_strict(_Work(0), _Work(0), _make_inputs, "cpu", cfg)
+    assert res["n"] == 0 and res["stop_reason"] == "pool_memory"
+    why = strict.measured_nothing(res)
+    assert why.startswith("strict timing measured nothing: the input pool (3 sets of at most 0 MiB)")
+    assert why.endswith(strict.MEMORY_SHORT)
+    from l1bench import attempts
+
+    assert attempts.out_of_memory(f"l1bench worker: infrastructure failure: {why}")
 
 
 def test_stats_helpers():

@@ -61,7 +61,8 @@ def record(path: str | Path, error: str, kind: str, detail: str = "", when: str 
 #: Environment variable: the run's ``gpu`` job slots (Snakemake's resource), which the workflow
 #: sets for its jobs; a job that took fewer shared the GPU with other jobs.
 GPU_SLOTS_ENV = "L1BENCH_GPU_SLOTS"
-_OOM = re.compile(r"OutOfMemoryError|CUDA out of memory|CUDA error: out of memory")
+#: torch's out-of-memory errors, and a strict step whose input pool gave out (strict.MEMORY_SHORT)
+_OOM = re.compile(r"OutOfMemoryError|CUDA out of memory|CUDA error: out of memory|GPU memory short")
 
 
 def out_of_memory(log_text: str) -> bool:

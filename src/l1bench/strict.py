@@ -129,6 +129,10 @@ class InputPool:
     def used(self) -> int:
         return self._next
 
+    @property
+    def max_bytes(self) -> int:
+        return self._max
+
 
 def _default_pool_bytes(dev) -> int:
     import torch
@@ -396,7 +400,8 @@ def time_strict(ref_model, custom_model, make_inputs, device, cfg=None, gpu_sect
 
     result = _summarise(ms, ev, c, rse, stop)
     result.update(
-        {"device": str(dev), "l2_flush": flush.enabled, "l2_flush_bytes": flush.nbytes, "pool_sets": pool.used}
+        {"device": str(dev), "l2_flush": flush.enabled, "l2_flush_bytes": flush.nbytes, "pool_sets": pool.used,
+         "pool_bytes": pool.max_bytes}
     )
     if picks.wanted:
         result["verified"] = picks.summary()
@@ -404,6 +409,24 @@ def time_strict(ref_model, custom_model, make_inputs, device, cfg=None, gpu_sect
             result["flags"].append(make_flag(TIMED_OUTPUT_MISMATCH, picks.mismatch))
     del pool
     return result
+
+
+#: The words that mark a strict step that timed nothing for want of GPU memory (l1bench.attempts
+#: reads them as running out of memory).
+MEMORY_SHORT = "GPU memory short"
+
+
+def measured_nothing(st: dict) -> str | None:
+    """Why a :func:`time_strict` result timed no pair, None when it timed one: its input pool
+    (a share of the GPU's free memory) gave out before the timed loop began, as on a GPU crowded
+    by other processes (session twenty: 4 strict results of one H100 run were ``ok`` with no
+    score). Not a measurement: the step fails and is retried."""
+    if st.get("n"):
+        return None
+    cap = st.get("pool_bytes")
+    held = f" of at most {cap / 2**20:.0f} MiB" if isinstance(cap, (int, float)) else ""
+    return (f"strict timing measured nothing: the input pool ({st.get('pool_sets')} sets{held}) gave out "
+            f"before the timed loop ({st.get('stop_reason')}); {MEMORY_SHORT}")
 
 
 def _summarise(ms, ev, c, rse, stop) -> dict:

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 from l1bench import gpulock, hostclock
 from l1bench.results import Status
-from l1bench.snippet import make_inputs
+from l1bench.snippet import InfraError, make_inputs
 from l1bench.worker.harness import (
     BASELINE_MODES,
     CustomBuilder,
@@ -248,6 +248,9 @@ class StrictProtocol(TimingProtocol):
             "clocks_before": clocks["before"],
             "clocks_after": clocks["after"],
         }
+        nothing = strict.measured_nothing(st)
+        if nothing:  # no pair timed (the input pool gave out): a broken attempt, retried, not a score
+            raise InfraError(nothing)
         mismatch = (st.get("verified") or {}).get("mismatch")
         if mismatch:  # a timed call's output was wrong: what was timed is not the task, no score
             return result(job, Status.INCORRECT, f"strict timing: {mismatch}", **common, **stats)
