@@ -91,7 +91,7 @@ def ran_out_sharing(attempts: list[dict]) -> bool:
 def counted(attempts: list[dict]) -> list[dict]:
     """The attempts that count towards giving up: all but those that ran out of GPU memory
     while other jobs shared the GPU (session twenty: on an 80 GB H100, three such attempts in
-    nine minutes gave 23 results of tasks that fit the GPU a terminal ``crashed``)."""
+    nine minutes gave 22 results of tasks that fit the GPU a terminal ``crashed``)."""
     return [a for a in attempts if not (a.get("out_of_memory") and a.get("gpu_shared"))]
 
 

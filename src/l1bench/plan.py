@@ -549,7 +549,7 @@ def gpu_slots(attempts: Sequence[Mapping], total) -> int:
     Snakemake's ``gpu`` resource; None or 1: no other GPU job to keep out) once an attempt ran
     out of GPU memory while other jobs shared the GPU (:func:`l1bench.attempts.ran_out_sharing`):
     its retry then runs with no other GPU job in flight, so that only the task's own need
-    decides it (session twenty: on an 80 GB H100, 23 results were lost to out-of-memory
+    decides it (session twenty: on an 80 GB H100, 22 results were lost to out-of-memory
     failures of a crowded GPU)."""
     from l1bench.attempts import ran_out_sharing
 
