@@ -462,3 +462,19 @@ def test_a_scalar_loss_that_follows_its_inputs_is_not_degenerate():
     assert flag_names(check_degenerate(filled, digests)) == [Flag.DEGENERATE_TASK]
     per_input = [torch.full((4,), v) for v in (0.1, 0.2, 0.3)]  # one number per input: information
     assert check_degenerate(per_input, digests) == []
+
+
+def test_the_strict_pool_cap_is_the_gpus_total_memory_not_what_others_left_free(monkeypatch):
+    """min(16 GiB, 30 % of total): the same pool on a crowded GPU as on an idle one (it was 30 %
+    of the free memory: session twenty's crowded H100 run stopped 11 strict results on it)."""
+    from types import SimpleNamespace
+
+    import torch
+
+    cuda = SimpleNamespace(type="cuda")
+    for free in (2 << 30, 60 << 30):
+        monkeypatch.setattr(torch.cuda, "mem_get_info", lambda dev, f=free: (f, 80 << 30))
+        assert strict._default_pool_bytes(cuda) == 16 << 30
+        monkeypatch.setattr(torch.cuda, "mem_get_info", lambda dev, f=free: (min(f, 24 << 30), 24 << 30))
+        assert strict._default_pool_bytes(cuda) == int(0.3 * (24 << 30))
+    assert strict._default_pool_bytes(SimpleNamespace(type="cpu")) == 1 << 30

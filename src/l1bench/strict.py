@@ -58,7 +58,7 @@ DEFAULTS = {
     "flush_l2": True,
     "flush_clean": True,
     "l2_fallback_bytes": 256 << 20,
-    "pool_bytes": None,  # None: 1 GiB on CPU, min(16 GiB, 30% of free memory) on CUDA
+    "pool_bytes": None,  # None: 1 GiB on CPU, min(16 GiB, 30% of the GPU's total memory) on CUDA
     "pool_chunk": 16,
     "bootstrap": 1000,
     "l2_factor": 1.5,
@@ -135,12 +135,19 @@ class InputPool:
 
 
 def _default_pool_bytes(dev) -> int:
+    """The input pool's cap: 1 GiB on a CPU, min(16 GiB, 30 % of the GPU's total memory) on
+    CUDA: 16 GiB on an H100 or H200, whatever else runs. It was 30 % of the *free* memory, so a
+    crowded GPU gave a smaller pool and fewer repetitions (session twenty: in a run with 45 idle
+    task workers on an 80 GB H100, 11 strict results stopped on the pool, 4 of them before
+    their first pair, where a run with memory to spare stopped only L3_T006). A pool that does
+    not fit now runs out of memory instead, an attempt retried with the GPU alone
+    (l1bench.attempts)."""
     import torch
 
     if dev.type != "cuda":
         return 1 << 30
-    free, _total = torch.cuda.mem_get_info(dev)
-    return int(min(16 << 30, 0.3 * free))
+    _free, total = torch.cuda.mem_get_info(dev)
+    return int(min(16 << 30, 0.3 * total))
 
 
 # --------------------------------------------------------------------------- L2 flush
