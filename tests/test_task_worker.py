@@ -433,16 +433,16 @@ def test_idle_tokens_bound_the_workers_waiting_per_gpu(tmp_path):
 
 
 def test_auto_idle_bound_is_the_workers_that_fit_a_tenth_of_the_gpu(tmp_path):
-    """task_worker_max_idle: auto (-1): 10 % of the GPU's memory at 850 MiB a worker (an idle
+    """task_worker_max_idle: auto (-1): 20 % of the GPU's memory at 850 MiB a worker (an idle
     worker held 714-852 MiB on an H100), at least one; decided once the GPU is known, no bound
     on a CPU (CUDA never started)."""
-    assert serve.auto_idle_bound(81559) == 9  # H100 80 GB (nvidia-smi's total)
-    assert serve.auto_idle_bound(143771) == 16  # H200
-    assert serve.auto_idle_bound(46068) == 5 and serve.auto_idle_bound(24576) == 2
+    assert serve.auto_idle_bound(81559) == 19  # H100 80 GB (nvidia-smi's total)
+    assert serve.auto_idle_bound(143771) == 33  # H200: more than its 32 job slots
+    assert serve.auto_idle_bound(46068) == 10 and serve.auto_idle_bound(24576) == 5
     assert serve.auto_idle_bound(4096) == 1
     asked = []
     tokens = serve.IdleTokens(serve.AUTO, total_mib=lambda: asked.append(1) or 81559)
-    assert tokens.n == serve.AUTO and tokens.bound() == 9 and tokens.bound() == 9 and len(asked) == 1
+    assert tokens.n == serve.AUTO and tokens.bound() == 19 and tokens.bound() == 19 and len(asked) == 1
     cpu = serve.IdleTokens(-1, total_mib=lambda: None)
     assert cpu.bound() == 0 and all(cpu.take(tmp_path, "cpu") for _ in range(3))
     one = serve.IdleTokens(serve.AUTO, total_mib=lambda: 1000.0)  # bound 1: the second finds it taken
