@@ -253,7 +253,7 @@ def main(smk) -> None:
     from l1bench.preflight import DRAINED_MARK
     from l1bench.runner import JobFailed, JobStopped
 
-    log_start = len(Path(smk.log[0]).read_text(errors="replace")) if Path(smk.log[0]).exists() else 0
+    log_start = Path(smk.log[0]).stat().st_size if Path(smk.log[0]).exists() else 0  # this attempt's lines follow
     setup_logging(smk.log[0])  # appended to: the worker writes into the same log
     drain = os.environ.get(DRAIN_ENV)
     if drain and Path(drain).exists():
@@ -272,7 +272,9 @@ def main(smk) -> None:
             logging.error("STOPPED (no result written, not counted as an attempt): %s", err)
             sys.exit(f"{smk.rule}: {err}")
         except JobFailed as err:
-            text = Path(smk.log[0]).read_text(errors="replace")[log_start:]  # this attempt's lines
+            with open(smk.log[0], "rb") as fh:  # this attempt's lines
+                fh.seek(log_start)
+                text = fh.read().decode(errors="replace")
             detail = attempts_mod.last_error_line(text)
             extra = {}
             if attempts_mod.out_of_memory(text):  # beside other jobs, it does not count (attempts.counted)

@@ -81,18 +81,22 @@ def gpu_shared(job_slots, run_slots) -> bool:
         return False
 
 
+def _out_beside_others(attempt: dict) -> bool:
+    return bool(attempt.get("out_of_memory") and attempt.get("gpu_shared"))
+
+
 def ran_out_sharing(attempts: list[dict]) -> bool:
     """Whether an attempt ran out of GPU memory while other jobs shared the GPU: not the task's
     own failure (their memory counted too), so it is not counted (:func:`counted`), and the
     retry runs with the GPU to itself (:func:`l1bench.plan.gpu_slots`)."""
-    return any(a.get("out_of_memory") and a.get("gpu_shared") for a in attempts)
+    return any(map(_out_beside_others, attempts))
 
 
 def counted(attempts: list[dict]) -> list[dict]:
     """The attempts that count towards giving up: all but those that ran out of GPU memory
     while other jobs shared the GPU (session twenty: on an 80 GB H100, three such attempts in
     nine minutes gave 22 results of tasks that fit the GPU a terminal ``crashed``)."""
-    return [a for a in attempts if not (a.get("out_of_memory") and a.get("gpu_shared"))]
+    return [a for a in attempts if not _out_beside_others(a)]
 
 
 def given_up(attempts: list[dict], max_attempts: int) -> bool:

@@ -540,8 +540,10 @@ def task_worker_max_idle(timing: Mapping | None) -> int:
     """``timing.task_worker_max_idle`` as the task worker takes it: the number (0: no bound), or
     -1 for ``auto`` (the default; :func:`l1bench.worker.serve.auto_idle_bound` of the GPU's
     memory)."""
+    from l1bench.worker.serve import AUTO
+
     value = (timing or {}).get("task_worker_max_idle", "auto")
-    return -1 if value == "auto" else int(value)
+    return AUTO if value == "auto" else int(value)
 
 
 def gpu_slots(attempts: Sequence[Mapping], total) -> int:

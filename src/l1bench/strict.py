@@ -425,8 +425,8 @@ MEMORY_SHORT = "GPU memory short"
 
 def measured_nothing(st: dict) -> str | None:
     """Why a :func:`time_strict` result timed no pair, None when it timed one: its input pool
-    (a share of the GPU's free memory) gave out before the timed loop began, as on a GPU crowded
-    by other processes (session twenty: 4 strict results of one H100 run were ``ok`` with no
+    gave out before the timed loop began, as on a GPU crowded by other processes (when the cap
+    was a share of the free memory) (session twenty: 4 strict results of one H100 run were ``ok`` with no
     score). Not a measurement: the step fails and is retried."""
     if st.get("n"):
         return None
