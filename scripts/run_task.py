@@ -227,17 +227,31 @@ def ledger_file(smk) -> Path:
 def run_job(smk, job: dict) -> dict:
     """The job's result from a worker: its task's worker (design 7, ``job["task_worker"]``) or a
     worker of its own; JobFailed/JobStopped as :func:`l1bench.runner.run_worker` raises them."""
+    from l1bench import attempts
+    from l1bench.taskworker import gpu_alone
+
+    section_timeout = getattr(smk.params, "section_timeout", None)
+    home = results_root(smk) / "tmp" / "task-workers"
+    if attempts.takes_every_slot(getattr(smk.resources, "gpu", None), os.environ.get(attempts.GPU_SLOTS_ENV)):
+        # a retry after running out of GPU memory beside other jobs: the idle task workers go too
+        with gpu_alone(home, job.get("lock_dir")) as (held, waited):
+            logging.info("this job takes every GPU slot: the run's idle task workers were asked to leave "
+                         "(waited %.1f s; %d idle workers of other runs remain)", waited, held)
+            return _run_job(smk, job, home, section_timeout)
+    return _run_job(smk, job, home, section_timeout)
+
+
+def _run_job(smk, job: dict, home: Path, section_timeout) -> dict:
     from l1bench.plan import task_worker_max_idle
     from l1bench.runner import run_worker
     from l1bench.taskworker import run_in_task_worker
 
-    section_timeout = getattr(smk.params, "section_timeout", None)
     if job.get("task_worker"):
         return run_in_task_worker(
             job,
             smk.params.timeout,
             smk.log[0],
-            results_root(smk) / "tmp" / "task-workers",
+            home,
             worker_env(smk),
             section_timeout=section_timeout,
             idle_s=float((smk.config.get("timing") or {}).get("task_worker_idle_s", 60)),

@@ -40,6 +40,7 @@ def fake_smk(work, kind, tid, backend="cpu", **params):
         input=Named(**inputs),
         output=Named([output]),
         log=Named([str(work / f"{kind}.log")]),
+        resources=SimpleNamespace(),  # Snakemake's: `gpu` where the rule asks for it
         wildcards=SimpleNamespace(tid=tid),
         config={"results_dir": str(work / "results"), "device": "demo", "max_attempts": 3},
         params=SimpleNamespace(
@@ -171,3 +172,29 @@ def test_the_workflow_gives_a_job_that_ran_out_beside_others_every_gpu_slot(tmp_
     blocks = {b.split("output: ")[1].split("\n")[0]: b for b in text.split("rule ")[1:] if "output: " in b}
     assert "gpu=6" in blocks[out]
     assert "gpu=1" in blocks["results/demo/time/paper/default/L1_T002.json"]
+
+
+def test_a_job_that_takes_every_gpu_slot_asks_the_idle_workers_to_leave(work, monkeypatch):
+    """run_job: with every one of the run's several GPU slots the job runs inside gpu_alone (the
+    request file exists while its worker runs, and is gone after); with one slot, or where the
+    run's slots are unknown, no request is made."""
+    from l1bench import attempts, runner
+    from l1bench.worker import serve
+
+    smk = fake_smk(work, "check", "L1_T005")
+    alone = work / "results/demo/tmp/task-workers" / serve.ALONE_FILE
+    seen = []
+    monkeypatch.setattr(runner, "run_worker", lambda *a, **k: seen.append(alone.exists()) or {"status": "pass"})
+    monkeypatch.setattr("l1bench.taskworker.ALONE_SETTLE_S", 0.0)
+    job = run_task.make_job(smk) | {"task_worker": False}
+    for slots, run_slots, want in ((32, "32", True), (1, "32", False), (1, "1", False), (32, None, False)):
+        if run_slots is None:
+            monkeypatch.delenv(attempts.GPU_SLOTS_ENV, raising=False)
+        else:
+            monkeypatch.setenv(attempts.GPU_SLOTS_ENV, run_slots)
+        smk.resources = SimpleNamespace(gpu=slots)
+        assert run_task.run_job(smk, job) == {"status": "pass"}
+        assert seen[-1] is want, (slots, run_slots)
+        assert not alone.exists()
+    assert attempts.takes_every_slot(32, "32") and not attempts.takes_every_slot(31, 32)
+    assert not attempts.takes_every_slot(1, 1) and not attempts.takes_every_slot("x", 32)

@@ -20,7 +20,7 @@ from helpers import script_module, wait_for
 
 from l1bench import lifeline, plan
 from l1bench.runner import JobFailed
-from l1bench.taskworker import run_in_task_worker, worker_name
+from l1bench.taskworker import gpu_alone, run_in_task_worker, worker_name
 from l1bench.worker import serve
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -432,7 +432,7 @@ def test_idle_tokens_bound_the_workers_waiting_per_gpu(tmp_path):
     assert not serve.IdleTokens(1).take(blocked, "cpu")
 
 
-def test_auto_idle_bound_is_the_workers_that_fit_a_tenth_of_the_gpu(tmp_path):
+def test_auto_idle_bound_is_the_workers_that_fit_a_fifth_of_the_gpu(tmp_path):
     """task_worker_max_idle: auto (-1): 20 % of the GPU's memory at 850 MiB a worker (an idle
     worker held 714-852 MiB on an H100), at least one; decided once the GPU is known, no bound
     on a CPU (CUDA never started)."""
@@ -473,6 +473,57 @@ def test_a_worker_that_finds_the_idle_bound_full_exits_after_its_step(tasks, tmp
     try:
         time.sleep(1.5)
         assert not gone(three["provenance"]["task_worker"]["pid"])  # the token came free with the kill
+    finally:
+        stop(three)
+
+
+def test_a_request_to_leave_names_a_live_process(tmp_path):
+    """serve.asked_to_leave: the workers' folder holds ALONE_FILE naming a process that runs;
+    none, one left by a process that is gone, or one that names no process asks nothing."""
+    assert not serve.asked_to_leave(tmp_path)
+    alone = tmp_path / serve.ALONE_FILE
+    alone.write_text(json.dumps({"token": lifeline.process_token(os.getpid())}))
+    assert serve.asked_to_leave(tmp_path)
+    done = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    alone.write_text(json.dumps({"token": f"{done.stdout.strip()}:1"}))
+    assert not serve.asked_to_leave(tmp_path)
+    for bad in ("", "{", json.dumps({"token": ""}), json.dumps({"token": "x"}), json.dumps(["token"])):
+        alone.write_text(bad)
+        assert not serve.asked_to_leave(tmp_path), bad
+
+
+def test_idle_tokens_held_counts_the_idle_workers_of_every_gpu(tmp_path):
+    a, b = serve.IdleTokens(2), serve.IdleTokens(2)
+    assert serve.idle_tokens_held(tmp_path) == 0
+    assert a.take(tmp_path, "cpu") and b.take(tmp_path, "cuda:0")
+    assert serve.idle_tokens_held(tmp_path) == 2
+    assert serve.idle_tokens_held(tmp_path) == 2  # the test took none for good
+    a.give_back()
+    assert serve.idle_tokens_held(tmp_path) == 1
+    b.give_back()
+    assert serve.idle_tokens_held(tmp_path) == 0
+
+
+def test_a_job_that_takes_the_gpu_alone_sends_the_idle_workers_away(tasks, tmp_path):
+    """gpu_alone: the run's idle task workers leave (their logs say so) and free their tokens
+    within the wait; the request ends with the block, and a later worker waits idle again."""
+    ones = [served(tmp_path, job(tasks, tmp_path, tid), max_idle=2) for tid in ("L1_T001", "L1_T002")]
+    pids = [r["provenance"]["task_worker"]["pid"] for r in ones]
+    try:
+        assert serve.idle_tokens_held(tmp_path) == 2
+        with gpu_alone(tmp_path / "tw", tmp_path) as (held, waited):
+            assert held == 0 and 1.0 <= waited < 10 and all(gone(pid) for pid in pids)
+            assert (tmp_path / "tw" / serve.ALONE_FILE).exists()
+        assert not (tmp_path / "tw" / serve.ALONE_FILE).exists()
+        for tid in ("L1_T001", "L1_T002"):
+            assert "a job takes the GPU alone: leaving" in (tmp_path / "tw" / f"{tid}.log").read_text()
+    finally:
+        for r in ones:
+            stop(r)
+    three = served(tmp_path, job(tasks, tmp_path, "L1_T003"), max_idle=2)
+    try:
+        time.sleep(1.5)
+        assert not gone(three["provenance"]["task_worker"]["pid"])
     finally:
         stop(three)
 

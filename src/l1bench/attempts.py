@@ -81,6 +81,17 @@ def gpu_shared(job_slots, run_slots) -> bool:
         return False
 
 
+def takes_every_slot(job_slots, run_slots) -> bool:
+    """Whether a job that took ``job_slots`` of the run's ``run_slots`` GPU job slots took all of
+    several (the retry of an attempt that ran out of memory beside other jobs:
+    :func:`l1bench.plan.gpu_slots`): no other GPU job of its run runs beside it, and it asks the
+    run's idle task workers to leave (:func:`l1bench.taskworker.gpu_alone`)."""
+    try:
+        return int(run_slots) > 1 and int(job_slots) >= int(run_slots)
+    except (TypeError, ValueError):
+        return False
+
+
 def _out_beside_others(attempt: dict) -> bool:
     return bool(attempt.get("out_of_memory") and attempt.get("gpu_shared"))
 

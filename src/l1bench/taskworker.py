@@ -17,10 +17,15 @@ The outcome is the same as with a one-shot worker: a result dict, or :class:`Job
 (``timeout``, ``section_timeout``, ``infra``, ``crash``: the worker died or the step raised),
 or :class:`JobStopped`. A worker that broke or was killed costs only the step that ran: the
 task's next step finds no worker and starts a fresh one.
+
+A job that takes its run's every GPU slot (the retry of a step that ran out of GPU memory beside
+other jobs: :func:`l1bench.plan.gpu_slots`) first asks the run's idle task workers to leave
+(:func:`gpu_alone`), so that it has the GPU's memory to itself, not less their CUDA contexts.
 """
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import hashlib
 import json
@@ -34,6 +39,7 @@ import time
 from pathlib import Path
 
 from l1bench import lifeline
+from l1bench.io import atomic_write_text
 from l1bench.runner import (
     JobFailed,
     JobStopped,
@@ -45,7 +51,7 @@ from l1bench.runner import (
     worker_env,
 )
 from l1bench.worker.outcome import EXIT_INFRA
-from l1bench.worker.serve import MAX_STEPS, foreign_uid, read_line
+from l1bench.worker.serve import ALONE_FILE, MAX_STEPS, foreign_uid, idle_tokens_held, read_line
 
 #: Seconds a new worker may take to listen (imports torch and the worker's modules).
 START_TIMEOUT_S = 120.0
@@ -162,9 +168,10 @@ def start_worker(
     scratch = Path(job.get("ext_dir") or tempfile.gettempdir()).resolve()
     scratch.mkdir(parents=True, exist_ok=True)
     server_log.parent.mkdir(parents=True, exist_ok=True)
-    cmd = [sys.executable, "-m", "l1bench.worker.serve", name, f"{idle_s:g}"]
-    if max_idle:
-        cmd += [str(MAX_STEPS), str(int(max_idle))]
+    # the workers' folder (this log's) last: the idle workers of a run leave when a job of it
+    # takes the GPU alone (gpu_alone)
+    cmd = [sys.executable, "-m", "l1bench.worker.serve", name, f"{idle_s:g}", str(MAX_STEPS), str(int(max_idle)),
+           str(server_log.parent.resolve())]
     bound = f", at most {int(max_idle)} idle on its GPU" if max_idle > 0 else ""
     bound = ", idle on its GPU at most as many as fit its memory" if max_idle < 0 else bound
     log.write(f"$ {' '.join(cmd)}  (task worker of {job['tid']}, idle exit after {idle_s:g} s{bound})\n")
@@ -215,6 +222,42 @@ def connect(
         sock.close()
         time.sleep(0.1)
     raise JobFailed(f"{job['tid']}: no task worker could be reached (three tries)")
+
+
+#: How long :func:`gpu_alone` waits at least (an idle worker looks for the file every 0.5 s, and
+#: workers without an idle bound hold no token to watch), and at most.
+ALONE_SETTLE_S = 1.0
+ALONE_WAIT_S = 10.0
+
+
+@contextlib.contextmanager
+def gpu_alone(home, lock_dir=None, settle_s: float | None = None, wait_s: float | None = None,
+              poll_s: float = 0.1):
+    """For a job that takes its run's every GPU slot: ask the run's idle task workers (those of
+    ``home``, the workers' folder) to leave, wait until they have (``settle_s`` at least, then
+    until no idle token of ``lock_dir`` is held, ``wait_s`` at most), and yield ``(held,
+    waited_s)``: the tokens still held (idle workers of other runs on this machine, which this
+    run cannot ask) and the seconds waited. The job's own task's worker leaves too: its step
+    starts a fresh one. The request ends with the block (or with this process: a file left
+    behind names a process that is gone, and asks nothing)."""
+    settle_s = ALONE_SETTLE_S if settle_s is None else settle_s
+    wait_s = ALONE_WAIT_S if wait_s is None else wait_s
+    path = Path(home) / ALONE_FILE
+    path.parent.mkdir(parents=True, exist_ok=True)
+    mine = lifeline.process_token(os.getpid())
+    atomic_write_text(path, json.dumps({"token": mine}) + "\n")
+    try:
+        t0 = time.monotonic()
+        while True:
+            held, waited = idle_tokens_held(lock_dir), time.monotonic() - t0
+            if waited >= wait_s or (waited >= settle_s and not held):
+                break
+            time.sleep(poll_s)
+        yield held, waited
+    finally:
+        with contextlib.suppress(OSError, ValueError):
+            if json.loads(path.read_text()).get("token") == mine:
+                path.unlink()
 
 
 def run_in_task_worker(

@@ -1,7 +1,7 @@
 """A task worker (timing design 7, the default: ``timing.task_worker``): one process that serves one
 task's check and its eager-mode time steps, one after another, so that CUDA starts and the GPU's
 first-use work (module loading, cuDNN/cuBLAS set-up) is paid once per task instead of once per
-step. Run as ``python -m l1bench.worker.serve NAME IDLE_S [MAX_STEPS [MAX_IDLE]]`` by
+step. Run as ``python -m l1bench.worker.serve NAME IDLE_S [MAX_STEPS [MAX_IDLE [HOME]]]`` by
 :mod:`l1bench.taskworker` (the job script's side), which also kills it when a step runs over its
 timeout.
 
@@ -28,7 +28,9 @@ What keeps a step as clean as in a fresh process (:class:`TaskWorker`):
 The worker ends by itself when no step came for ``IDLE_S`` seconds; after a step, when
 ``MAX_IDLE`` other workers already wait idle on its GPU (:class:`IdleTokens`: each idle worker
 holds its CUDA context, GPU memory no step uses; 0 sets no bound, -1, the default, one from the
-GPU's memory: :func:`auto_idle_bound`); when the workflow that
+GPU's memory: :func:`auto_idle_bound`); while idle, when a job that takes its run's every GPU
+slot asks the idle workers of its run (``HOME``, the workers' folder) to leave
+(:func:`asked_to_leave`); when the workflow that
 started it is gone (:mod:`l1bench.lifeline`), and, during a step, when the job script that sent
 the step is gone (its connection closed): it then kills its process group, as a job's guard
 kills a one-shot worker.
@@ -428,6 +430,42 @@ def gpu_total_mib() -> float | None:
     return torch.cuda.get_device_properties(torch.cuda.current_device()).total_memory / 2**20
 
 
+#: The file in the task workers' folder (``results/<device>/tmp/task-workers``) by which a job
+#: that takes its run's every GPU slot (a retry after running out of GPU memory beside other
+#: jobs: :func:`l1bench.plan.gpu_slots`) asks the run's idle task workers to leave, so that their
+#: CUDA contexts free the GPU's memory for it (:func:`l1bench.taskworker.gpu_alone` writes it).
+ALONE_FILE = "gpu-alone"
+
+
+def asked_to_leave(home) -> bool:
+    """Whether a job has asked the idle task workers of ``home`` to leave: :data:`ALONE_FILE`
+    names a process that still runs (a file left by a killed job asks nothing)."""
+    try:
+        token = json.loads((Path(home) / ALONE_FILE).read_text())["token"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return False
+    return isinstance(token, str) and token.split(":")[0].isdigit() and lifeline.alive(token)
+
+
+def idle_tokens_held(lock_dir=None) -> int:
+    """How many idle tokens (:class:`IdleTokens`, every GPU's, in ``lock_dir``) a process holds:
+    the idle workers bounded by them. Tokens that cannot be opened (another user's) are not
+    counted; a free one is held only for the moment of the test."""
+    from l1bench.gpulock import default_lock_dir, try_flock
+
+    held = 0
+    for path in sorted((Path(lock_dir) if lock_dir else default_lock_dir()).glob("l1bench-*.idle*")):
+        try:
+            fh = try_flock(path)
+        except OSError:
+            continue
+        if fh is None:
+            held += 1
+        else:
+            fh.close()
+    return held
+
+
 class IdleTokens:
     """At most ``n`` task workers wait idle at once per GPU of this machine (``n`` 0: no bound;
     :data:`AUTO`: :func:`auto_idle_bound` of the GPU's memory, decided after the first step).
@@ -474,9 +512,10 @@ class IdleTokens:
             self._fh = None
 
 
-def serve(name: str, idle_s: float, max_steps: int = MAX_STEPS, max_idle: int = 0) -> int:
+def serve(name: str, idle_s: float, max_steps: int = MAX_STEPS, max_idle: int = 0, home=None) -> int:
     """Serve steps on the abstract Unix socket ``name`` until idle for ``idle_s`` or retired;
-    after a step, exit at once when ``max_idle`` workers already wait idle on its GPU."""
+    after a step, exit at once when ``max_idle`` workers already wait idle on its GPU; while
+    idle, exit when a job asks the workers of ``home`` to leave (:func:`asked_to_leave`)."""
     import torch  # noqa: F401 - imported once, before the first step
 
     import l1bench.worker.stages  # noqa: F401 - the worker's modules, loaded before any step
@@ -497,6 +536,10 @@ def serve(name: str, idle_s: float, max_steps: int = MAX_STEPS, max_idle: int = 
         try:
             conn, _ = listener.accept()
         except TimeoutError:
+            if home is not None and asked_to_leave(home):
+                listener.close()  # no job reaches a worker on its way out
+                print(f"task worker {os.getpid()}: a job takes the GPU alone: leaving", file=sys.stderr, flush=True)
+                return 0
             continue
         tokens.give_back()  # busy now (or about to be): another worker may wait idle instead
         with conn:
@@ -538,7 +581,8 @@ def main(argv: list[str]) -> int:
     name, idle_s = argv[1], float(argv[2])
     max_steps = int(argv[3]) if len(argv) > 3 else MAX_STEPS
     max_idle = int(argv[4]) if len(argv) > 4 else 0  # -1: AUTO
-    return serve(name, idle_s, max_steps, max_idle)
+    home = argv[5] if len(argv) > 5 else None
+    return serve(name, idle_s, max_steps, max_idle, home)
 
 
 if __name__ == "__main__":
