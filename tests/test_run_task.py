@@ -198,3 +198,43 @@ def test_a_job_that_takes_every_gpu_slot_asks_the_idle_workers_to_leave(work, mo
         assert not alone.exists()
     assert attempts.takes_every_slot(32, "32") and not attempts.takes_every_slot(31, 32)
     assert not attempts.takes_every_slot(1, 1) and not attempts.takes_every_slot("x", 32)
+
+
+@pytest.mark.slow
+def test_out_of_memory_beside_others_is_retried_with_the_gpu_alone_in_the_same_run(tmp_path):
+    """End to end, on the demo's CPU backend: L1_T002's model raises torch's out-of-memory
+    error unless a job has asked the idle task workers to leave (the gpu-alone file exists). Its
+    check, 1 of `--resources gpu=2`, fails so; the run's own retry (`--retries 1`) takes both
+    slots, sends the idle workers away, and passes; the result keeps the uncounted attempt."""
+    from helpers import SNAKEMAKE, copy_workflow, run
+
+    from l1bench.worker import serve
+
+    copy_workflow(tmp_path)
+    demo = tmp_path / "config/demo/optimized_cuda_code/demo.json"
+    alone = tmp_path / "results/demo/tmp/task-workers" / serve.ALONE_FILE
+    lines = [json.loads(line) for line in demo.read_text().splitlines()]
+    keep = [d for d in lines if d["level_id"] == 1 and d["task_id"] in (1, 2)]
+    keep[1]["custom_code"] = keep[1]["custom_code"].replace(
+        "        super().__init__()\n",
+        "        super().__init__()\n"
+        "        import pathlib\n"
+        f"        if not pathlib.Path({str(alone)!r}).exists():\n"
+        "            raise torch.OutOfMemoryError('CUDA out of memory. Tried to allocate 2.00 GiB')\n",
+    )
+    assert "OutOfMemoryError" in keep[1]["custom_code"]
+    demo.write_text("".join(json.dumps(d) + "\n" for d in keep))
+    res = tmp_path / "results/demo"
+    targets = [f"results/demo/check/{tid}.json" for tid in ("L1_T001", "L1_T002")]
+    proc = run(SNAKEMAKE + ["--cores", "2", "--resources", "gpu=2", "--retries", "1", "--config", "device=demo",
+                            "--", *targets], tmp_path)
+    text = proc.stdout + proc.stderr
+    assert proc.returncode == 0, text[-3000:]
+    got = json.loads((res / "check/L1_T002.json").read_text())
+    assert got["status"] == "pass", got
+    [first] = got["failed_attempts"]
+    assert first["out_of_memory"] and first["gpu_shared"] and first["gpu_slots"] == 1
+    # the first attempt's log as Snakemake printed it (the retry's replaces the file)
+    assert "out of GPU memory beside other jobs: not counted, the retry takes the GPU alone" in text
+    assert "this job takes every GPU slot" in (tmp_path / "logs/demo/check_task/L1_T002.log").read_text()
+    assert not alone.exists()
