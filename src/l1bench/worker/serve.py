@@ -536,7 +536,9 @@ def serve(name: str, idle_s: float, max_steps: int = MAX_STEPS, max_idle: int = 
         try:
             conn, _ = listener.accept()
         except TimeoutError:
-            if home is not None and asked_to_leave(home):
+            # a worker that has served no step has not started CUDA: it holds no GPU memory, and
+            # it is the one the asking job starts for itself, whose connection may be late
+            if worker.steps and home is not None and asked_to_leave(home):
                 listener.close()  # no job reaches a worker on its way out
                 print(f"task worker {os.getpid()}: a job takes the GPU alone: leaving", file=sys.stderr, flush=True)
                 return 0
