@@ -75,6 +75,23 @@ def test_tokens_tell_a_running_process_from_a_gone_one():
     assert not lifeline.alive(f"{pid}:{int(start) + 1}")  # the same pid, another process
 
 
+def test_a_job_is_an_allocation_of_its_own_when_the_workflow_is_not_in_it(monkeypatch):
+    """own_allocation: SLURM's job id where it differs from the one the workflow runs in (the
+    cluster executor's jobs), None in the workflow's own allocation (a run inside one sbatch)
+    or outside SLURM; mark_workflow records the workflow's."""
+    own = lifeline.own_allocation
+    assert own({}) is None and own({"SLURM_JOB_ID": ""}) is None
+    assert own({"SLURM_JOB_ID": "71"}) == "71"
+    assert own({"SLURM_JOB_ID": "71", lifeline.WORKFLOW_ALLOCATION_ENV: ""}) == "71"
+    assert own({"SLURM_JOB_ID": "71", lifeline.WORKFLOW_ALLOCATION_ENV: "70"}) == "71"
+    assert own({"SLURM_JOB_ID": "70", lifeline.WORKFLOW_ALLOCATION_ENV: "70"}) is None
+    monkeypatch.setenv("SLURM_JOB_ID", "70")
+    monkeypatch.delenv(lifeline.WORKFLOW_ALLOCATION_ENV, raising=False)
+    monkeypatch.setattr(lifeline.os, "environ", dict(lifeline.os.environ))  # mark_workflow writes here
+    lifeline.mark_workflow()
+    assert lifeline.os.environ[lifeline.WORKFLOW_ALLOCATION_ENV] == "70" and own() is None
+
+
 def test_the_guard_passes_the_exit_status_on():
     exit7 = lifeline.guarded([sys.executable, "-c", "raise SystemExit(7)"])
     assert subprocess.run(exit7).returncode == 7

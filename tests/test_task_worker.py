@@ -528,6 +528,25 @@ def test_a_job_that_takes_the_gpu_alone_sends_the_idle_workers_away(tasks, tmp_p
         stop(three)
 
 
+def test_a_job_that_is_an_allocation_of_its_own_has_a_worker_of_its_own(tasks, tmp_path, monkeypatch):
+    """Under the SLURM executor (SLURM_JOB_ID other than the workflow's): the worker serves the
+    job's one step and has ended when the job returns; another allocation's job of the same task
+    gets a worker of its own, never the first one's."""
+    monkeypatch.delenv(lifeline.WORKFLOW_ALLOCATION_ENV, raising=False)
+    pids = []
+    for alloc in ("71", "72"):
+        monkeypatch.setenv(lifeline.SLURM_JOB_ENV, alloc)
+        res = served(tmp_path, job(tasks, tmp_path, "L1_T001"))
+        w = res["provenance"]["task_worker"]
+        assert res["status"] == "pass" and w["step"] == 1, w
+        assert w["retired_after"] == "served 1 step, the most one worker serves"
+        assert gone(w["pid"])  # at once: the job side waited for its end
+        pids.append(w["pid"])
+    assert pids[0] != pids[1]
+    assert worker_name(tmp_path / "tw", "L1_T001", "71") != worker_name(tmp_path / "tw", "L1_T001", "72")
+    assert worker_name(tmp_path / "tw", "L1_T001") != worker_name(tmp_path / "tw", "L1_T001", "71")
+
+
 def test_the_worker_ends_with_its_workflow(tasks, tmp_path, monkeypatch):
     workflow = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
     try:

@@ -32,6 +32,10 @@ from pathlib import Path
 
 #: Environment variable with the token of the Snakemake process that runs the workflow.
 WORKFLOW_ENV = "L1BENCH_WORKFLOW"
+#: Environment variable with the cluster allocation the Snakemake process runs in ("" for none).
+WORKFLOW_ALLOCATION_ENV = "L1BENCH_WORKFLOW_ALLOCATION"
+#: The variable in which SLURM names the allocation (job) a process runs in.
+SLURM_JOB_ENV = "SLURM_JOB_ID"
 
 
 def _proc_stat(pid: int) -> tuple[str, str] | None:
@@ -94,7 +98,19 @@ def mark_workflow() -> str:
     on this host can watch it."""
     token = f"{process_token()}@{socket.gethostname()}"
     os.environ[WORKFLOW_ENV] = token
+    os.environ[WORKFLOW_ALLOCATION_ENV] = os.environ.get(SLURM_JOB_ENV, "")
     return token
+
+
+def own_allocation(environ=None) -> str | None:
+    """The cluster allocation (SLURM job id) this job runs in when it is one of its own, not
+    the workflow's (the cluster executor submits each job as a job of its own); None where the
+    job runs in the workflow's process tree, allocation or none. Processes a job leaves behind
+    outlive its allocation where the cluster does not track them (``proctrack/linuxproc`` loses
+    a process whose parent has exited), and a later job on the same node could reach them."""
+    env = os.environ if environ is None else environ
+    alloc = env.get(SLURM_JOB_ENV) or None
+    return alloc if alloc and alloc != env.get(WORKFLOW_ALLOCATION_ENV) else None
 
 
 def workflow_token() -> str | None:

@@ -57,9 +57,12 @@ from l1bench.worker.serve import ALONE_FILE, MAX_STEPS, foreign_uid, idle_tokens
 START_TIMEOUT_S = 120.0
 
 
-def worker_name(home, tid: str) -> str:
-    """The abstract socket name of a task's worker: one per results folder and task."""
-    digest = hashlib.sha256(f"{Path(home).resolve()}|{tid}".encode()).hexdigest()[:24]
+def worker_name(home, tid: str, allocation: str | None = None) -> str:
+    """The abstract socket name of a task's worker: one per results folder and task, and per
+    cluster allocation for a job that is one of its own (:func:`l1bench.lifeline.own_allocation`):
+    no job reaches a worker of another allocation."""
+    key = f"{Path(home).resolve()}|{tid}" + (f"|{allocation}" if allocation else "")
+    digest = hashlib.sha256(key.encode()).hexdigest()[:24]
     return f"l1bench-task-{digest}"
 
 
@@ -160,17 +163,19 @@ class StepLock:
 
 
 def start_worker(
-    name: str, job: dict, env: dict, server_log: Path, idle_s: float, log, max_idle: int = 0
+    name: str, job: dict, env: dict, server_log: Path, idle_s: float, log, max_idle: int = 0,
+    max_steps: int = MAX_STEPS,
 ) -> tuple[socket.socket, int]:
     """Start the task's worker and connect to it: (connection, pid). ``max_idle``: how many
     workers may wait idle on its GPU at once (:class:`l1bench.worker.serve.IdleTokens`; -1: as
-    many as fit its memory, :func:`l1bench.worker.serve.auto_idle_bound`)."""
+    many as fit its memory, :func:`l1bench.worker.serve.auto_idle_bound`); ``max_steps``: the
+    steps it serves before it retires."""
     scratch = Path(job.get("ext_dir") or tempfile.gettempdir()).resolve()
     scratch.mkdir(parents=True, exist_ok=True)
     server_log.parent.mkdir(parents=True, exist_ok=True)
     # the workers' folder (this log's) last: the idle workers of a run leave when a job of it
     # takes the GPU alone (gpu_alone)
-    cmd = [sys.executable, "-m", "l1bench.worker.serve", name, f"{idle_s:g}", str(MAX_STEPS), str(int(max_idle)),
+    cmd = [sys.executable, "-m", "l1bench.worker.serve", name, f"{idle_s:g}", str(int(max_steps)), str(int(max_idle)),
            str(server_log.parent.resolve())]
     bound = f", at most {int(max_idle)} idle on its GPU" if max_idle > 0 else ""
     bound = ", idle on its GPU at most as many as fit its memory" if max_idle < 0 else bound
@@ -198,7 +203,8 @@ def start_worker(
 
 
 def connect(
-    name: str, job: dict, env: dict, server_log: Path, idle_s: float, log, max_idle: int = 0
+    name: str, job: dict, env: dict, server_log: Path, idle_s: float, log, max_idle: int = 0,
+    max_steps: int = MAX_STEPS,
 ) -> tuple[socket.socket, dict]:
     """A connection to the task's worker, started if none listens, and its greeting (``pid``,
     ``steps`` served so far). A worker that ends as it is reached (its idle time ran out just
@@ -206,7 +212,7 @@ def connect(
     for _ in range(3):
         sock = _connect(name)
         if sock is None:
-            sock, _pid = start_worker(name, job, env, server_log, idle_s, log, max_idle)
+            sock, _pid = start_worker(name, job, env, server_log, idle_s, log, max_idle, max_steps)
         until = time.monotonic() + START_TIMEOUT_S
 
         def patience(until=until):
@@ -222,6 +228,11 @@ def connect(
         sock.close()
         time.sleep(0.1)
     raise JobFailed(f"{job['tid']}: no task worker could be reached (three tries)")
+
+
+#: How long the job side of a cluster allocation's worker waits for it to end after its one step
+#: (it then kills what is left of it).
+ALLOCATION_EXIT_WAIT_S = 10.0
 
 
 #: How long :func:`gpu_alone` waits at least (an idle worker looks for the file every 0.5 s, and
@@ -274,16 +285,24 @@ def run_in_task_worker(
 
     ``home``: the folder of the step locks and the workers' own logs (``results/<device>/tmp/
     task-workers``). The result's ``provenance.task_worker`` says which worker served it, as
-    which step, after which others; ``retired_after`` when the worker ended after it."""
+    which step, after which others; ``retired_after`` when the worker ended after it.
+
+    A job that is a cluster allocation of its own (:func:`l1bench.lifeline.own_allocation`: the
+    SLURM executor's jobs) has a worker of its own that serves its one step and ends before the
+    job does: nothing of it is left for the cluster to lose track of, or for another
+    allocation's job to reach."""
     home = Path(home)
     job = absolute_paths(job)
-    name, token = worker_name(home, job["tid"]), lifeline.workflow_token()
+    allocation = lifeline.own_allocation()
+    max_steps = 1 if allocation else MAX_STEPS
+    name, token = worker_name(home, job["tid"], allocation), lifeline.workflow_token()
     if not lifeline.alive(token):  # stopped before it began: no worker is started for it
         raise job_error(job["tid"], WorkflowGone, timeout, section_timeout)
     with StepLock(home / f"{job['tid']}.lock") as step_lock, tempfile.TemporaryDirectory(prefix="l1bench-") as tmp:
         out_path, status = Path(tmp) / "result.json", Path(tmp) / "lock-status.json"
         with open(log_path, "a") as log:
-            sock, hello = connect(name, job, dict(env or {}), home / f"{job['tid']}.log", idle_s, log, max_idle)
+            sock, hello = connect(name, job, dict(env or {}), home / f"{job['tid']}.log", idle_s, log, max_idle,
+                                  max_steps)
             with sock:
                 pid = hello["pid"]
                 log.write(
@@ -317,6 +336,9 @@ def run_in_task_worker(
             reply = json.loads(line)
             log.write(f"task worker {pid}: step done in {reply.get('wall_s', 0):.1f} s, exit status {reply['rc']}"
                       + (f"; it retires: {reply['retire']}" if reply.get("retire") else "") + "\n")
+            if allocation:  # it ends with the step: wait for it (a moment), so that it ends inside the job
+                how_it_ended(exit_file(home / f"{job['tid']}.log"), pid, wait_s=ALLOCATION_EXIT_WAIT_S)
+                kill_worker(pid)
         if reply["rc"] == EXIT_INFRA:
             raise JobFailed(f"{job['tid']}: infrastructure failure (CUDA fault or out of memory), see log", "infra")
         if reply["rc"] != 0:

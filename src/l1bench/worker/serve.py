@@ -258,7 +258,8 @@ class TaskWorker:
         elif still:
             why = f"settings could not be put back: {', '.join(still[:4])}"
         elif len(self.steps) >= self.max_steps:
-            why = f"served {len(self.steps)} steps, the most one worker serves"
+            n = len(self.steps)
+            why = f"served {n} step{'s' * (n != 1)}, the most one worker serves"
         return {"restored": restored, "retire": why, "torch_rewrapped": rewrapped}
 
 
