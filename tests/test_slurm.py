@@ -132,6 +132,16 @@ def test_demo_through_slurm_ends_as_the_local_run(runs):
     assert {k: len(v) for k, v in ledgers(local).items()} == {f"check/{t}.json": 1 for t in BROKEN}
     assert score_rows(remote) == score_rows(local) and len(score_rows(local)) == 11 * 5
     assert scan_verdicts(remote) == scan_verdicts(local)
+    # each job is an allocation of its own: its task worker served its one step only (locally, a
+    # worker serves several steps of its task)
+    def served(tree):
+        found = (json.loads(p.read_text()).get("provenance", {}).get("task_worker")
+                 for p in sorted((tree / "results/demo").glob("*/**/*.json")))
+        return [w for w in found if w]
+
+    assert served(remote) and all(w["step"] == 1 and w["retired_after"].startswith("served 1 step")
+                                  for w in served(remote))
+    assert any(w["step"] > 1 for w in served(local))
 
 
 def test_every_job_went_through_sbatch(runs, cluster):
