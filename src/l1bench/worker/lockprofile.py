@@ -95,6 +95,11 @@ class StepSampler:
         self._on = threading.Event()  # a sampled step runs
         self._off = threading.Event()  # it ended: stop sampling now
         self._idle = threading.Event()  # the thread is blocked (takes no GIL)
+        # the sampler needs the GIL to take a sample: at Python's default switch interval (5 ms)
+        # a busy main thread lets it in only that often, whatever interval_s asks, and a step
+        # shorter than that is often not sampled at all (diagnosis only: the switches cost time)
+        if interval_s < sys.getswitchinterval():
+            sys.setswitchinterval(interval_s)
         self._thread = threading.Thread(target=self._run, name="l1bench-lockprofile", daemon=True)
         self._thread.start()
 
