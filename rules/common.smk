@@ -348,7 +348,7 @@ def check_priority(wildcards):
 
 #: The run's GPU job slots (Snakemake's `gpu` resource; None without a bound), which every job
 #: can read (attempts.GPU_SLOTS_ENV): one that took fewer shared the GPU.
-GPU_SLOTS = getattr(workflow.global_resources.get("gpu"), "value", None)
+GPU_SLOTS = plan.resource_value(workflow.global_resources.get("gpu"))
 if GPU_SLOTS is not None:
     os.environ[attempts.GPU_SLOTS_ENV] = str(GPU_SLOTS)
 

@@ -224,6 +224,14 @@ def ledger_file(smk) -> Path:
     return ledger_path(results_root(smk), smk.output[0])
 
 
+def gpu_slots(smk) -> tuple:
+    """(the job's, the run's) GPU job slots: Snakemake's ``gpu`` resource of the job, and the
+    run's as the workflow exports it (attempts.GPU_SLOTS_ENV); None where unknown."""
+    from l1bench import attempts
+
+    return getattr(smk.resources, "gpu", None), os.environ.get(attempts.GPU_SLOTS_ENV)
+
+
 def run_job(smk, job: dict) -> dict:
     """The job's result from a worker: its task's worker (design 7, ``job["task_worker"]``) or a
     worker of its own; JobFailed/JobStopped as :func:`l1bench.runner.run_worker` raises them."""
@@ -232,7 +240,7 @@ def run_job(smk, job: dict) -> dict:
 
     section_timeout = getattr(smk.params, "section_timeout", None)
     home = results_root(smk) / "tmp" / "task-workers"
-    if attempts.takes_every_slot(getattr(smk.resources, "gpu", None), os.environ.get(attempts.GPU_SLOTS_ENV)):
+    if attempts.takes_every_slot(*gpu_slots(smk)):
         # a retry after running out of GPU memory beside other jobs: the idle task workers go too
         with gpu_alone(home, job.get("lock_dir")) as (held, waited):
             logging.info("this job takes every GPU slot: the run's idle task workers were asked to leave "
@@ -292,9 +300,8 @@ def main(smk) -> None:
             detail = attempts_mod.last_error_line(text)
             extra = {}
             if attempts_mod.out_of_memory(text):  # beside other jobs, it does not count (attempts.counted)
-                slots = getattr(smk.resources, "gpu", None)
-                extra = {"out_of_memory": True, "gpu_slots": slots,
-                         "gpu_shared": attempts_mod.gpu_shared(slots, os.environ.get(attempts_mod.GPU_SLOTS_ENV))}
+                slots = gpu_slots(smk)
+                extra = {"out_of_memory": True, "gpu_slots": slots[0], "gpu_shared": attempts_mod.gpu_shared(*slots)}
             attempts = attempts_mod.record(ledger, str(err), err.kind, detail, **extra)
             res = gave_up(job, attempts, max_attempts)
             if res is None:

@@ -22,6 +22,7 @@ from pathlib import Path
 
 from l1bench.io import atomic_write_json
 from l1bench.results import BROKEN_STATUSES, Status
+from l1bench.strict import MEMORY_SHORT
 
 #: Terminal status by the kind of breakage (runner.JobFailed.kind).
 STATUS_BY_KIND = {"timeout": Status.TIMEOUT, "section_timeout": Status.TIMEOUT}
@@ -62,7 +63,7 @@ def record(path: str | Path, error: str, kind: str, detail: str = "", when: str 
 #: sets for its jobs; a job that took fewer shared the GPU with other jobs.
 GPU_SLOTS_ENV = "L1BENCH_GPU_SLOTS"
 #: torch's out-of-memory errors, and a strict step whose input pool gave out (strict.MEMORY_SHORT)
-_OOM = re.compile(r"OutOfMemoryError|CUDA out of memory|CUDA error: out of memory|GPU memory short")
+_OOM = re.compile(r"OutOfMemoryError|CUDA out of memory|CUDA error: out of memory|" + re.escape(MEMORY_SHORT))
 
 
 def out_of_memory(log_text: str) -> bool:
@@ -71,14 +72,20 @@ def out_of_memory(log_text: str) -> bool:
     return bool(_OOM.search(log_text))
 
 
+def _slot_counts(job_slots, run_slots) -> tuple[int, int] | None:
+    """(job's, run's) GPU job slots as numbers, None where either is unknown."""
+    try:
+        return int(job_slots), int(run_slots)
+    except (TypeError, ValueError):
+        return None
+
+
 def gpu_shared(job_slots, run_slots) -> bool:
     """Whether a job that took ``job_slots`` of the run's ``run_slots`` GPU job slots may have
     had other GPU jobs beside it (unknown slots: not shared, as under SLURM, where each job is
     an allocation of its own)."""
-    try:
-        return int(job_slots) < int(run_slots)
-    except (TypeError, ValueError):
-        return False
+    slots = _slot_counts(job_slots, run_slots)
+    return slots is not None and slots[0] < slots[1]
 
 
 def takes_every_slot(job_slots, run_slots) -> bool:
@@ -86,10 +93,8 @@ def takes_every_slot(job_slots, run_slots) -> bool:
     several (the retry of an attempt that ran out of memory beside other jobs:
     :func:`l1bench.plan.gpu_slots`): no other GPU job of its run runs beside it, and it asks the
     run's idle task workers to leave (:func:`l1bench.taskworker.gpu_alone`)."""
-    try:
-        return int(run_slots) > 1 and int(job_slots) >= int(run_slots)
-    except (TypeError, ValueError):
-        return False
+    slots = _slot_counts(job_slots, run_slots)
+    return slots is not None and slots[1] > 1 and slots[0] >= slots[1]
 
 
 def _out_beside_others(attempt: dict) -> bool:

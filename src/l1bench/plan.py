@@ -546,6 +546,12 @@ def task_worker_max_idle(timing: Mapping | None) -> int:
     return AUTO if value == "auto" else int(value)
 
 
+def resource_value(resource):
+    """A Snakemake resource's value: Snakemake keeps global resources as objects with
+    ``.value``; a plain value is its own."""
+    return getattr(resource, "value", resource)
+
+
 def gpu_slots(attempts: Sequence[Mapping], total) -> int:
     """The ``gpu`` job slots a check or time job takes: 1, or every slot of the run (``total``,
     Snakemake's ``gpu`` resource; None or 1: no other GPU job to keep out) once an attempt ran
@@ -555,7 +561,7 @@ def gpu_slots(attempts: Sequence[Mapping], total) -> int:
     failures of a crowded GPU)."""
     from l1bench.attempts import ran_out_sharing
 
-    total = getattr(total, "value", total)  # Snakemake keeps its resources as objects with .value
+    total = resource_value(total)
     if not isinstance(total, int) or isinstance(total, bool) or total <= 1:
         return 1
     return total if ran_out_sharing(attempts) else 1

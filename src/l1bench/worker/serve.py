@@ -448,14 +448,23 @@ def asked_to_leave(home) -> bool:
     return isinstance(token, str) and token.split(":")[0].isdigit() and lifeline.alive(token)
 
 
+def idle_token_stem(lock_dir, device: str | None) -> Path:
+    """The idle tokens' path of ``device``'s GPU (``None``: every GPU's, as a glob) without the
+    token's number: ``<lock_dir>/l1bench-<gpu>.idle``, beside the GPU's lock files."""
+    from l1bench.gpulock import _made_lock_dir, lock_name
+
+    return _made_lock_dir(lock_dir) / f"l1bench-{'*' if device is None else lock_name(device)}.idle"
+
+
 def idle_tokens_held(lock_dir=None) -> int:
     """How many idle tokens (:class:`IdleTokens`, every GPU's, in ``lock_dir``) a process holds:
     the idle workers bounded by them. Tokens that cannot be opened (another user's) are not
     counted; a free one is held only for the moment of the test."""
-    from l1bench.gpulock import default_lock_dir, try_flock
+    from l1bench.gpulock import try_flock
 
+    stem = idle_token_stem(lock_dir, None)
     held = 0
-    for path in sorted((Path(lock_dir) if lock_dir else default_lock_dir()).glob("l1bench-*.idle*")):
+    for path in sorted(stem.parent.glob(f"{stem.name}*")):
         try:
             fh = try_flock(path)
         except OSError:
@@ -495,9 +504,9 @@ class IdleTokens:
         the default); True when one was free or there is no bound."""
         if not self.bound() or self._fh is not None:
             return True
-        from l1bench.gpulock import _made_lock_dir, lock_name, try_flock
+        from l1bench.gpulock import try_flock
 
-        stem = _made_lock_dir(lock_dir) / f"l1bench-{lock_name(device or 'cpu')}.idle"
+        stem = idle_token_stem(lock_dir, device or "cpu")
         for k in range(self.n):
             try:
                 self._fh = try_flock(f"{stem}{k}")
