@@ -20,7 +20,6 @@ if not config["aggregate_only"]:
 
 
 include: "rules/aggregate.smk"
-include: "rules/reports.smk"
 
 
 onstart:

@@ -6,7 +6,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import yaml
 from snakemake.exceptions import WorkflowError
 from snakemake.utils import validate
 
@@ -19,7 +18,6 @@ NOT_INSTALLED = (
 try:
     from l1bench import release as rel
     from l1bench import (
-        archive,
         attempts,
         fetch,
         freshness,
@@ -453,18 +451,3 @@ def print_failure_hint(logs):
 
 keep_current_tables_current()
 
-
-# --- lab reports (rules/reports.smk): results trees compared with each other
-
-ARCHIVES = archive.read_config()
-REPORTS = yaml.safe_load(Path("config/reports.yaml").read_text())
-
-
-def tree_inputs(tree, results="paper/default"):
-    """What a report reads of one results tree: the unpacked folder of the archive that holds
-    it, or its time results (``results``: protocol/mode globs; ancient: a report never plans a
-    time job)."""
-    folder = plan.unpacked_tree(tree, ARCHIVES)
-    if folder is not None:
-        return folder
-    return ancient(plan.tree_results(tree, results))

@@ -520,23 +520,6 @@ def test_the_guards_pick_their_jobs(tmp_path):
     assert pending == {done, todo, scan, report, str(tmp_path / "tasks/L1_T001/meta.json")}
 
 
-# --------------------------------------------------------------------------- lab reports
-
-
-def test_a_report_reads_an_archive_folder_or_a_trees_time_results(tmp_path):
-    archives = {"runs": {"unpacks": "results/iso/runs"}}
-    assert plan.unpacked_tree("results/iso/runs", archives) == "results/iso/runs"
-    assert plan.unpacked_tree("results/iso/runs/c1", archives) == "results/iso/runs"
-    assert plan.unpacked_tree("results/iso/design2", archives) is None
-    tree = tmp_path / "tree"
-    a = touch(tree / "time/paper/default/L1_T002.json")
-    b = touch(tree / "time/paper/default/L1_T001.json")
-    c = touch(tree / "time/strict/cudnn/L1_T001.json")
-    assert plan.tree_results(str(tree)) == [b, a]
-    assert plan.tree_results(str(tree), "*/*") == sorted([a, b, c])
-    assert plan.tree_results(str(tmp_path / "none")) == []
-
-
 def test_build_slots_only_for_builds_that_start_a_worker():
     """A build takes a `builds` slot exactly when it starts a worker to compile an extension
     (the decision of no_worker_needed); one that compiles nothing, torch.compile or Triton at

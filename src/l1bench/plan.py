@@ -16,7 +16,6 @@ everything here takes them as arguments, so it is tested without Snakemake (test
   :func:`compile_slots`, :func:`strict_params`, :func:`meta_input_skipped`
 * the onstart guards' pure parts: :func:`redone_before_split`, :func:`split_first_message`,
   :func:`gpu_job_outputs`
-* lab reports: :func:`unpacked_tree`, :func:`tree_results`
 
 Errors a user can cause raise :class:`PlanError` (one line; the workflow turns it into a
 WorkflowError), or the release's own ``ReleaseError`` / ``FetchError``.
@@ -24,12 +23,11 @@ WorkflowError), or the release's own ``ReleaseError`` / ``FetchError``.
 
 from __future__ import annotations
 
-import glob
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
-from l1bench import archive, fetch
+from l1bench import fetch
 from l1bench import release as rel
 from l1bench.results import builds_extensions
 
@@ -622,19 +620,3 @@ def gpu_job_outputs(planned: Iterable[tuple[str, list[str]]]) -> tuple[list[str]
     outputs = [out for rule, outs in planned if rule in ("check_task", "time_task") for out in outs]
     return outputs, pending
 
-
-# --------------------------------------------------------------------------- lab reports
-
-
-def unpacked_tree(tree: str, archives: Mapping[str, Mapping]) -> str | None:
-    """The folder an archive of ``archives`` (archive.read_config) unpacks that holds the
-    results tree ``tree``, None when no archive holds it."""
-    name = archive.holder(tree, archives)
-    if name is None:
-        return None
-    return archives[name]["unpacks"]
-
-
-def tree_results(tree: str, results: str = "paper/default") -> list[str]:
-    """The time results of a results tree on disk (``results``: protocol/mode globs), sorted."""
-    return sorted(glob.glob(f"{tree}/time/{results}/*.json"))
