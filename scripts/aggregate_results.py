@@ -14,7 +14,6 @@ from pathlib import Path
 
 #: Hand-written notes beside the generated report, linked when present.
 NOTES = {
-    "Run notes: what ran, its cost, findings (RUN_NOTES.md)": "RUN_NOTES.md",
     "Custom extensions that do not build (extension_failures.md)": "extension_failures.md",
 }
 

@@ -775,39 +775,49 @@ def test_report_findings_name_what_holds_what_does_not_and_what_fails(tree):
     assert agg.render_findings(df.iloc[0:0]) == []
 
 
-def test_tables_say_how_many_scores_are_from_the_old_timing_design():
+def test_tables_count_scores_by_timing_version_current_or_earlier():
     import pandas as pd
 
     from l1bench.aggregate.load import _row
-    from l1bench.aggregate.markdown import timing_design_lines
-    from l1bench.aggregate.stats import timing_design_counts
+    from l1bench.aggregate.markdown import timing_version_lines
+    from l1bench.aggregate.stats import timing_version_counts
 
-    df = pd.DataFrame(
-        {
-            "status": ["ok", "ok", "ok", "incorrect"],
-            "timing_design": [1, 3, 3, None],
-        }
-    )
-    assert timing_design_counts(df) == {1: 1, 3: 2}
-    line = timing_design_lines(df)[0]
-    assert "1 of 3 scores are still from it" in line and "design 3: 2" in line
-    assert "still" not in timing_design_lines(df[df["timing_design"] != 1])[0]
-    # against the workflow's default design per mode (7 for the eager modes, 4 for the compile
-    # modes since session nineteen): how many scores a re-timing would renew
+    # the current version per mode: 7 for the eager modes, 4 for the compile modes
+    current = {"default": 7, "cudnn": 7, "cuda_graph": 7, "torch_compile": 4, "torch_compile_reduce_overhead": 4}
     df = pd.DataFrame({
         "status": ["ok"] * 5 + ["incorrect"],
         "mode": ["default", "cudnn", "cuda_graph", "torch_compile", "torch_compile_reduce_overhead", "default"],
         "timing_design": [4, 7, 4, 4, 7, None],
     })
-    lines = timing_design_lines(df)
-    assert lines[0] == "Measured scores by the timing design that made them (design 4: 3, design 7: 2)."
+    assert timing_version_counts(df, current.get) == {(7, True): 1, (7, False): 1, (4, True): 1, (4, False): 2}
+    lines = timing_version_lines(df, current.get)
+    assert lines[0] == (
+        "Scores by timing version (`timing_design` in scores.csv): 7 (current): 1; 7 (earlier): 1; "
+        "4 (current): 1; 4 (earlier): 2."
+    )
     assert lines[2] == (
-        "The workflow's default timing design is design 7 for the default, CUDA Graph and cuDNN modes and 4 for "
-        "the torch.compile modes: **3 of 5 scores were timed under another design** and stay until they are "
-        "timed again (`l1bench retime`)."
+        "The current version is the one the workflow times a mode with now (7 for Default, CUDA Graph and cuDNN; "
+        "4 for Torch Compile and Torch Compile RO); a score of an earlier version stays until it is measured again."
     )
     renewed = df.assign(timing_design=[7, 7, 7, 4, 4, None])
-    assert timing_design_lines(renewed)[2].startswith("Every score was timed under the workflow's default")
-    # a time result without the field was made before it existed: design 1
-    row = _row("L1_T001", "default", "paper", {"level": 1, "task": 1}, {}, {"status": "ok", "score": 1.0})
-    assert row["timing_design"] == 1
+    assert timing_version_lines(renewed, current.get)[0].endswith(": 7 (current): 3; 4 (current): 2.")
+    assert timing_version_lines(renewed, current.get)[2].endswith("; every score is of it.")
+    assert "design" not in " ".join(timing_version_lines(df, current.get)).replace("`timing_design`", "")
+    # version 1 (no isolation) is explained where a score carries it
+    assert "Version 1 timed without isolation" in timing_version_lines(df.assign(timing_design=1), current.get)[-1]
+    assert timing_version_lines(df[df["status"] != "ok"], current.get) == []
+    # a time result records its version under either key, or none (version 1)
+    meta = {"level": 1, "task": 1}
+    for t, version in (({}, 1), ({"timing_design": 4}, 4), ({"timing_version": 8}, 8)):
+        row = _row("L1_T001", "default", "paper", meta, {}, {"status": "ok", "score": 1.0, **t})
+        assert row["timing_design"] == version
+
+
+def test_findings_say_when_a_selection_holds_no_task(tree):
+    from l1bench.aggregate.report import NO_TASK
+
+    df = agg.load_results(*tree)
+    text = "\n".join(agg.render_findings(df))
+    # no task is above 2x of published in default mode: one clear phrase, never rows of NaN
+    assert f"* Default, above 2×: {NO_TASK}" in text
+    assert "nan" not in text and "–× → –×" not in text

@@ -18,7 +18,7 @@ Layers, in pipeline order; each submodule imports only from the ones above it:
   statistic rows, the missing-score convention (``MISSING_AS_ONE``).
 * :mod:`.load` — the JSON result files into one tidy table (``load_results``).
 * :mod:`.annotate` — flags added by the tables (ceiling, reference scan, code scan, extension failures) or withdrawn.
-* :mod:`.stats` — summary statistics, status counts, ratios, flag counts, stall sensitivity, timing designs.
+* :mod:`.stats` — summary statistics, status counts, ratios, flag counts, stall sensitivity, timing versions.
 * :mod:`.markdown` — formatting and the ``summary.md`` / ``per_task.md`` pages.
 * :mod:`.report` — the device README (findings, provenance) and ``relpath``.
 * :mod:`.figures` — the matplotlib figures.

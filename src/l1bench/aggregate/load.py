@@ -27,6 +27,12 @@ def _read_json(path) -> dict | None:
     return data
 
 
+def timing_version(result: dict) -> int:
+    """The timing version a time result records (``timing_version``; ``timing_design`` in the
+    results of versions up to 7), 1 where it records none."""
+    return result.get("timing_version") or result.get("timing_design") or 1
+
+
 def _num(val) -> float:
     """Finite float or NaN."""
     if val is None or isinstance(val, bool):
@@ -188,5 +194,5 @@ def _row(tid, mode, proto, meta: dict, check: dict, t: dict | None) -> dict:
         "python": prov.get("python"),
         "stalled_calls": stall["stalled_calls"] if stall else None,
         "score_without_stalls": _num(stall["score_without"]) if stall and stall["stalled_calls"] else math.nan,
-        "timing_design": (t.get("timing_design") or 1) if status == Status.OK else None,
+        "timing_design": timing_version(t) if status == Status.OK else None,
     }

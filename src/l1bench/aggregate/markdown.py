@@ -11,7 +11,6 @@ import pandas as pd
 from tabulate import tabulate
 
 from .. import hostclock, stalls
-from ..plan import TASK_WORKER_MODES, default_design
 from ..results import AGREEMENT, Flag, Status
 from .conventions import MISSING, MISSING_AS_ONE, NA, SPEEDUP_THRESHOLD, STAT_ROWS, _mode_key, _mode_label, status_class
 from .stats import (
@@ -19,12 +18,12 @@ from .stats import (
     _modes,
     _protocols,
     _select,
+    current_timing_version,
     flag_counts,
-    older_design_counts,
     stall_sensitivity,
     status_counts,
     summary_table,
-    timing_design_counts,
+    timing_version_counts,
 )
 
 
@@ -152,38 +151,34 @@ def _flag_table(df) -> str:
     return md_table(rows, headers, ["left"] + ["right"] * (len(headers) - 1))
 
 
-def timing_design_lines(df) -> list[str]:
-    """Say how many scores were timed before the timing-isolation work (design 1), when any were,
-    and how many were not timed with the design their mode's jobs run under now, at the
-    workflow's default (:func:`l1bench.plan.default_design`): those a re-timing (``l1bench
-    retime``) would renew."""
-    counts = timing_design_counts(df)
+def timing_version_lines(df, current_of=current_timing_version) -> list[str]:
+    """How many scores each timing version made, current (the version the workflow times their
+    mode with now, ``current_of(mode)``) or earlier; nothing when no score records one."""
+    counts = timing_version_counts(df, current_of)
     if not counts:
         return []
-    old = counts.get(1, 0)
-    parts = ", ".join(f"design {k}: {v}" for k, v in counts.items())
+    parts = "; ".join(f"{v} ({'current' if cur else 'earlier'}): {n}" for (v, cur), n in counts.items())
+    by_version: dict[int, list[str]] = {}
+    for mode in _modes(df):
+        by_version.setdefault(current_of(mode), []).append(_mode_label(mode))
+    now = "; ".join(f"{v} for {_and(labels)}" for v, labels in by_version.items())
+    earlier = any(not cur for _, cur in counts)
     lines = [
-        f"Measured scores by the timing design that made them ({parts}). Design 1 is the design before "
-        "the timing-isolation work: other jobs' start-up, driver calls and threads could reach its timed "
-        f"calls; **{old} of {sum(counts.values())} scores are still from it** until they are timed again "
-        "(`timing_design` in scores.csv; RUN_NOTES says what each design changed)."
-        if old
-        else f"Measured scores by the timing design that made them ({parts})."
+        f"Scores by timing version (`timing_design` in scores.csv): {parts}.",
+        "",
+        f"The current version is the one the workflow times a mode with now ({now})"
+        + ("; a score of an earlier version stays until it is measured again." if earlier else
+           "; every score is of it."),
     ]
-    due, scored = older_design_counts(df, default_design)
-    if scored:
-        eager, compiled = default_design(TASK_WORKER_MODES[0]), default_design("torch_compile")
-        now = (
-            f"design {compiled}" if eager == compiled
-            else f"design {eager} for the default, CUDA Graph and cuDNN modes and {compiled} for the torch.compile "
-            "modes"
-        )
-        lines += ["", (
-            f"The workflow's default timing design is {now}: **{due} of {scored} scores were timed under "
-            "another design** and stay until they are timed again (`l1bench retime`)."
-            if due else f"Every score was timed under the workflow's default timing design ({now})."
-        )]
+    if any(v == 1 for v, _ in counts):
+        lines += ["", "Version 1 timed without isolation from other jobs: their start-up, driver calls and "
+                      "threads could reach its timed calls."]
     return lines
+
+
+def _and(items: list[str]) -> str:
+    """``a``, ``a and b``, ``a, b and c``."""
+    return items[0] if len(items) == 1 else f"{', '.join(items[:-1])} and {items[-1]}"
 
 
 def render_summary_markdown(df) -> str:
@@ -232,9 +227,9 @@ def render_summary_markdown(df) -> str:
             stall_table,
             "",
         ]
-    design_lines = timing_design_lines(df)
-    if design_lines:
-        lines += ["### Timing design", "", *design_lines, ""]
+    version_lines = timing_version_lines(df)
+    if version_lines:
+        lines += ["### Timing version", "", *version_lines, ""]
     levels = _levels(df)
     for proto in _protocols(df):
         lines += [f"## Protocol: {proto}", ""]

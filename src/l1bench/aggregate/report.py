@@ -49,18 +49,23 @@ def _robust_outliers(df, mode: str, below: bool) -> pd.DataFrame:
     """Paper results of ``mode`` below ½ (or above 2×) of published both as measured and
     without their stalled pairs, largest disagreement first."""
     g = df[(df["protocol"] == "paper") & (df["mode"] == mode) & (df["status"] == Status.OK) & (df["published"] > 0)]
-    g = g[g["measured"].notna()].copy()
-    clean = _without_stalls(g)
+    g = g[g["measured"].notna()]
     pub = g["published"].astype(float)
-    if below:
-        keep = (g["measured"] < 0.5 * pub) & (clean < 0.5 * pub)
-    else:
-        keep = (g["measured"] > 2 * pub) & (clean > 2 * pub)
-    g = g[keep].assign(_r=(g["measured"].astype(float) / pub))
-    return g.sort_values("_r", ascending=below)
+    # the ratio is computed before the selection: assigning a Series to an empty frame would
+    # give the frame the Series' index (rows of NaN)
+    g = g.assign(_r=g["measured"].astype(float) / pub, _clean=_without_stalls(g) / pub)
+    keep = ((g["_r"] < 0.5) & (g["_clean"] < 0.5)) if below else ((g["_r"] > 2) & (g["_clean"] > 2))
+    return g[keep].sort_values("_r", ascending=below)
+
+
+#: What a list of tasks says when its selection holds none.
+NO_TASK = "no task in this selection"
 
 
 def _task_list(rows, limit: int = 10) -> str:
+    """``tid published× → measured× (flags)`` for the first ``limit`` rows, or :data:`NO_TASK`."""
+    if rows.empty:
+        return NO_TASK
     items = [
         f"{r.tid} {fmt(r.published)}× → {fmt(r.measured)}×"
         + (f" ({md_escape(r.flags, 60)})" if isinstance(r.flags, str) and r.flags else "")
@@ -93,11 +98,8 @@ def render_findings(df) -> list[str]:
         lines.append("")
     out_lines = []
     for mode in _modes(df):
-        lo, hi = _robust_outliers(df, mode, True), _robust_outliers(df, mode, False)
-        if len(lo):
-            out_lines.append(f"* {_mode_label(mode)}, below ½: {_task_list(lo)}")
-        if len(hi):
-            out_lines.append(f"* {_mode_label(mode)}, above 2×: {_task_list(hi)}")
+        for below, side in ((True, "below ½"), (False, "above 2×")):
+            out_lines.append(f"* {_mode_label(mode)}, {side}: {_task_list(_robust_outliers(df, mode, below))}")
     if out_lines:
         lines += ["**Which do not hold** (paper protocol, below ½ or above 2× of published also without "
                   "stalled calls; flags in brackets):", "", *out_lines, ""]

@@ -1,5 +1,5 @@
 """Statistics over a loaded table: README-style summary statistics, status counts, agreement
-with the published scores, flag counts, stall sensitivity and timing designs.
+with the published scores, flag counts, stall sensitivity and timing versions.
 
 The statistics follow the CUDA-L1 README (:data:`~.conventions.MISSING_AS_ONE`; numpy's linear
 percentiles).
@@ -184,20 +184,21 @@ def stall_sensitivity(df) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def older_design_counts(df, design_of) -> tuple[int, int]:
-    """(scored time results not made with their mode's design, scored time results):
-    ``design_of(mode)`` names the design each mode's jobs run under now (the workflow's
-    default, :func:`l1bench.plan.default_design`)."""
+def current_timing_version(mode: str) -> int:
+    """The timing version a time job of ``mode`` records when the workflow runs it now."""
+    from ..plan import default_design
+
+    return default_design(mode)
+
+
+def timing_version_counts(df, current_of=current_timing_version) -> dict[tuple[int, bool], int]:
+    """{(timing version, current?): scored time results}, newest version first and, within one
+    version, current first. A result is current when its version is the one ``current_of(mode)``
+    names for its mode (``timing_design`` column)."""
     if "timing_design" not in df or "mode" not in df:
-        return 0, 0
-    ok = df[(df["status"] == Status.OK) & df["timing_design"].notna()]
-    now = ok["mode"].map(design_of)
-    return int((ok["timing_design"].astype(int) != now).sum()), len(ok)
-
-
-def timing_design_counts(df) -> dict:
-    """{design: measured results} over the scored time results (``timing_design`` column)."""
-    if "timing_design" not in df:
         return {}
-    designs = df.loc[df["status"] == Status.OK, "timing_design"].dropna().astype(int)
-    return {int(k): int(v) for k, v in designs.value_counts().sort_index().items()}
+    ok = df[(df["status"] == Status.OK) & df["timing_design"].notna()]
+    version = ok["timing_design"].astype(int)
+    current = version == ok["mode"].map(current_of)
+    counts = pd.Series(list(zip(version, current, strict=True)), dtype=object).value_counts()
+    return {(int(v), bool(c)): int(n) for (v, c), n in sorted(counts.items(), key=lambda kv: (-kv[0][0], not kv[0][1]))}
