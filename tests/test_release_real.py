@@ -8,9 +8,8 @@ from collections import Counter
 
 import pytest
 
-from l1bench import codescan, results
+from l1bench import codescan, results, split
 from l1bench import release as rel
-from l1bench import split
 
 #: Tasks with custom code, and how the others spell "no code" (null or the string "None").
 CODE_COUNTS = {
