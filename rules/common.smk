@@ -36,23 +36,29 @@ except ModuleNotFoundError as err:
     sys.exit(NOT_INSTALLED)
 
 
+def stop(line):
+    """End the run while Snakemake parses: ``line`` alone on stderr, exit status 1 (a
+    WorkflowError raised here would add its file and traceback lines)."""
+    print(line, file=sys.stderr)
+    sys.exit(1)
+
+
 def validate_config():
-    """Schema validation (fills defaults); a bad value stops with one line naming the key
-    (Snakemake's own message adds the schema's fragment), and so do timing designs that
-    exclude each other (plan.check_timing)."""
+    """Command-line values typed by the schema (l1bench.cliconfig), then schema validation
+    (fills defaults): a bad value stops with one line naming the key (preflight.config_error),
+    and so do timing designs that exclude each other (plan.check_timing)."""
+    schema = Path(workflow.basedir) / "config/schemas/config.schema.yaml"
+    plan.normalise_cli_values(config, schema)
     try:
-        validate(config, schema="../config/schemas/config.schema.yaml")
+        validate(config, schema=str(schema))
     except WorkflowError as err:
-        schema = Path(workflow.basedir) / "config/schemas/config.schema.yaml"
-        line = preflight.config_error(config, schema)
-        raise WorkflowError(line or str(err).strip().splitlines()[0]) from None
+        stop(preflight.config_error(config, schema) or str(err).strip().splitlines()[0])
     try:
         plan.check_timing(config["timing"])
     except plan.PlanError as err:
-        raise WorkflowError(str(err)) from None
+        stop(str(err))
 
 
-plan.normalise_cli_values(config)
 validate_config()
 
 DEVICE = config["device"]
@@ -76,7 +82,7 @@ def check_release_dir():
         return
     problem = preflight.release_dir_problem(config["release_dir"], RELEASE_PATH)
     if problem:
-        raise WorkflowError(problem)
+        stop(problem)
 
 
 check_release_dir()
@@ -89,7 +95,7 @@ def check_environment():
         compile_threads()
         hostclock.probe_setting()
     except ValueError as err:
-        raise WorkflowError(str(err)) from None
+        stop(str(err))
 
 
 check_environment()
@@ -129,7 +135,7 @@ def load_local_release():
     try:
         return plan.load_release_files(release_inputs(), checksums)
     except (rel.ReleaseError, fetch.FetchError, plan.PlanError) as err:
-        raise WorkflowError(str(err)) from None
+        stop(str(err))
 
 
 def materialise_task_folders(tasks):
@@ -153,7 +159,7 @@ def selected_tids():
     try:
         return plan.selected_tids(ALL_IDS, config["levels"], config["tasks"])
     except (rel.ReleaseError, plan.PlanError) as err:
-        raise WorkflowError(str(err)) from None
+        stop(str(err))
 
 
 def reserve_timing_cpus():
@@ -279,7 +285,7 @@ def slice_reports():
     try:
         return plan.slice_reports(config["slice_reports"])
     except plan.PlanError as err:
-        raise WorkflowError(str(err)) from None
+        stop(str(err))
 
 
 def report_outputs():

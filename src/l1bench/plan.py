@@ -48,8 +48,6 @@ ALL_PROTOCOLS = ("paper", "strict")
 
 _RESULT_NAME = re.compile(r"L\d+_T\d{3}\.json")
 
-_CLI_BOOLEANS = ("aggregate_only",)
-
 #: The timing designs a config ``timing`` flag turns on, each flag's design number: alternatives
 #: to each other (design 4 is every flag off).
 TIMING_DESIGNS = {"shared_sections": 5, "cuda_start_outside_lock": 6, "task_worker": 7}
@@ -86,32 +84,13 @@ class PlanError(ValueError):
 # --------------------------------------------------------------------------- config
 
 
-def _cli_bool(val):
-    """A command-line spelling of a boolean ("true", "0", "yes"...) as a bool; anything else
-    as it is (the schema then names a bad value)."""
-    if isinstance(val, str) and val.lower() in ("true", "false", "1", "0", "yes", "no"):
-        return val.lower() in ("true", "1", "yes")
-    return val
+def normalise_cli_values(cfg: dict, schema=None) -> None:
+    """--config values as the command line gives them, typed as the schema wants (before
+    validation): :func:`l1bench.cliconfig.normalise` (``schema``: the schema or its file;
+    default the repository's config/schemas/config.schema.yaml)."""
+    from l1bench import cliconfig
 
-
-def normalise_cli_values(cfg: dict) -> None:
-    """--config values as the command line gives them, typed as the schema wants (before validation)."""
-    for key in _CLI_BOOLEANS:
-        if key in cfg:
-            cfg[key] = _cli_bool(cfg[key])
-    # --config 'timing={shared_sections: true}' arrives with the string "true"
-    timing = cfg.get("timing")
-    if isinstance(timing, dict):
-        for key in TIMING_FLAGS:
-            if key in timing:
-                timing[key] = _cli_bool(timing[key])
-        for key in ("task_worker_idle_s", "task_worker_max_idle"):
-            value = timing.get(key)
-            if isinstance(value, str) and value.strip().isdigit():
-                timing[key] = int(value)
-    # --config device=3090 arrives as the integer 3090: the release names are strings
-    if isinstance(cfg.get("device"), int) and not isinstance(cfg.get("device"), bool):
-        cfg["device"] = str(cfg["device"])
+    cliconfig.normalise(cfg, cliconfig.SCHEMA if schema is None else schema)
 
 
 def check_timing(timing: Mapping | None) -> None:
