@@ -39,8 +39,10 @@ def normalised(**cfg):
         ({"aggregate_only": True}, {"aggregate_only": True}),  # aggregate_only=True
         ({"device": 3090}, {"device": "3090"}),  # device=3090 arrives as an int
         ({"max_attempts": 2}, {"max_attempts": 2}),
-        ({"timing": {"task_worker": "no", "task_worker_idle_s": "5"}},
-         {"timing": {"task_worker": False, "task_worker_idle_s": 5}}),
+        (
+            {"timing": {"task_worker": "no", "task_worker_idle_s": "5"}},
+            {"timing": {"task_worker": False, "task_worker_idle_s": 5}},
+        ),
         ({"timing": {"task_worker_max_idle": "3"}}, {"timing": {"task_worker_max_idle": 3}}),  # oneOf
         ({"timing": {"task_worker_max_idle": "auto"}}, {"timing": {"task_worker_max_idle": "auto"}}),
         ({"strict": {"modes": "null"}}, {"strict": {"modes": None}}),
