@@ -58,6 +58,8 @@ def test_check_with_detectors_passes_honest_task(tasks, tmp_path):
     res = run(tasks, tmp_path, "L1_T001", "check", build_result=write(tmp_path, "b.json", build), detectors=DETECTORS)
     assert res["status"] == "pass"
     assert res["flags"] == []
+    assert len(res["min_tolerance"]) == res["trials_passed"] == PAPER["correctness_trials"]
+    assert all(0 <= t <= PAPER["atol"] for t in res["min_tolerance"])
     assert res["provenance"]["device"] == "cpu"
     assert res["snippet_sha256"]["custom"]
     assert "gpu_memory" not in res  # CPU: no allocator peaks to record
@@ -197,10 +199,13 @@ def test_correctness_trials_as_the_harness():
 
     p = dict(PAPER)
     assert correctness_trials(Double(), Double(), inputs, "cpu", p)[:3] == (True, "", 3)
-    ok, why, passed, worst = correctness_trials(Double(), Wrong(), inputs, "cpu", p)
+    tolerances = []
+    ok, why, passed, worst = correctness_trials(Double(), Wrong(), inputs, "cpu", p, tolerances)
     assert not ok and why.startswith("trial 1: values differ") and passed == 0 and worst > 0
-    ok, why, _, _ = correctness_trials(Double(), Half(), inputs, "cpu", p)
+    assert len(tolerances) == 1 and 0.01 < tolerances[0] < 0.1  # |0.1 x| / (1 + |2.1 x|) < 1/21
+    ok, why, _, _ = correctness_trials(Double(), Half(), inputs, "cpu", p, tolerances := [])
     assert not ok and "dtype" in why  # torch.allclose rejects mixed dtypes in the harness too
+    assert tolerances == [None]  # no tolerance passes: JSON null
     assert not compare_outputs(torch.zeros(2), torch.zeros(3), 0.01, 0.01)[0]
 
 

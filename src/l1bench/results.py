@@ -173,7 +173,9 @@ class TaskResult:
     step)/lock statistics (``lock_held_s``, ``lock_wait_s``; with shared sections, timing design
     5, also ``lock_shared_s`` and ``phases_shared``); strict time results ``strict`` (the
     timing's summary, with ``verified`` when timed outputs were checked) and, since 2026-12-05,
-    ``strict_params``; ``run`` adds ``snippet_sha256``, ``params``,
+    ``strict_params``; check results, since 2026-12-06, ``min_tolerance`` (each compared
+    correctness trial's smallest passing ``atol = rtol``, null where none passes: l1bench.tolerance);
+    ``run`` adds ``snippet_sha256``, ``params``,
     ``provenance``, ``timing_design``, since 2026-12-05 on a GPU ``gpu_memory`` (the step's
     allocator peaks) and, where extensions failed to build, ``extension_failures``) and by
     scripts/run_task.py (``release_fingerprint``,

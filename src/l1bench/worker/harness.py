@@ -15,6 +15,7 @@ import os
 import statistics
 import time
 
+from l1bench import tolerance
 from l1bench.release import BASELINE_SNIPPET
 from l1bench.results import Status
 from l1bench.snippet import build_model, flatten_outputs, make_inputs, set_seed, short
@@ -412,12 +413,13 @@ def warm_up(base, custom, inputs, n: int, device: str) -> None:
             synchronize(device)
 
 
-def correctness_trials(original, custom, get_inputs, device: str, p: dict) -> tuple:
+def correctness_trials(original, custom, get_inputs, device: str, p: dict, tolerances=None) -> tuple:
     """The harness's correctness check: (ok, reason, trials passed, max abs diff).
 
     Trial seeds are drawn from ``torch.manual_seed(seed)`` as the harness draws them; each
     trial seeds, draws inputs, runs both models in eval mode and compares shape and
-    ``allclose(atol, rtol)``.
+    ``allclose(atol, rtol)``. ``tolerances``, a list, receives each compared trial's smallest
+    passing tolerance (:func:`l1bench.tolerance.outputs_min_tolerance`, JSON form).
     """
     import torch
 
@@ -437,6 +439,8 @@ def correctness_trials(original, custom, get_inputs, device: str, p: dict) -> tu
             cus_out = custom(*inputs)
             synchronize(device)
         ok, why, diff = compare_outputs(ref_out, cus_out, p["atol"], p["rtol"])
+        if tolerances is not None:
+            tolerances.append(tolerance.to_json(tolerance.outputs_min_tolerance(ref_out, cus_out)))
         worst = max(worst, diff) if diff == diff else worst
         if not ok:
             return False, f"trial {i + 1}: {why}", i, worst

@@ -147,9 +147,10 @@ def do_check(job: dict, meta: dict, snippets: dict) -> dict:
         with phase(stats, "correctness"):
             custom = builder.finish(second, seed)
             del second
-            ok, why, passed, worst = correctness_trials(ref, custom, get_inputs, device, p)
+            ok, why, passed, worst = correctness_trials(ref, custom, get_inputs, device, p, tolerances := [])
+        trials = {"trials_passed": passed, "min_tolerance": tolerances}  # l1bench.tolerance
         if not ok:
-            return result(job, Status.INCORRECT, why, trials_passed=passed, **stats)
+            return result(job, Status.INCORRECT, why, **trials, **stats)
         details["max_abs_diff"] = worst
         flags = []
         if job.get("detectors") and not sharing:
@@ -159,7 +160,7 @@ def do_check(job: dict, meta: dict, snippets: dict) -> dict:
         del custom
         with exclusive(device, job, stats):
             flags = run_detectors(ref)
-    return result(job, Status.PASS, "", trials_passed=passed, flags=flags, details=details, **stats)
+    return result(job, Status.PASS, "", **trials, flags=flags, details=details, **stats)
 
 
 # --------------------------------------------------------------------------- time
