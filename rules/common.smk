@@ -450,7 +450,12 @@ def print_failure_hint(logs):
             pass
     stopped = preflight.STOPPED_BY[0] if preflight.STOPPED_BY else None
     hint = preflight.failure_hint(
-        DEVICE, preflight.failed_jobs(texts), stopped, config["max_attempts"], logs=LOGS
+        DEVICE,
+        preflight.failed_jobs(texts),
+        stopped,
+        config["max_attempts"],
+        logs=LOGS,
+        disk=preflight.disk_full_note(RES),
     )
     print(f"\n{hint}", file=sys.stderr)
 

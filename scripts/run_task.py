@@ -268,6 +268,56 @@ def _run_job(smk, job: dict, home: Path, section_timeout) -> dict:
     return run_worker(job, smk.params.timeout, smk.log[0], worker_env(smk), section_timeout=section_timeout)
 
 
+def record_failure(smk, err, log_start: int, ledger: Path) -> list:
+    """Record the broken attempt ``err`` (runner.JobFailed) in the job's ledger, with this
+    attempt's last error line (its job log from ``log_start``); an infrastructure failure is
+    marked, and so not counted (l1bench.attempts.counted): a full disk (named in its error) or
+    running out of GPU memory beside other jobs. Returns every attempt so far."""
+    from l1bench import attempts
+
+    with open(smk.log[0], "rb") as fh:  # this attempt's lines
+        fh.seek(log_start)
+        text = fh.read().decode(errors="replace")
+    error, kind, extra = str(err), err.kind, {}
+    if attempts.disk_full(text):
+        error, kind, extra = attempts.disk_full_error(error), "disk_full", {"disk_full": True}
+    elif attempts.out_of_memory(text):
+        slots = gpu_slots(smk)
+        extra = {"out_of_memory": True, "gpu_slots": slots[0], "gpu_shared": attempts.gpu_shared(*slots)}
+    return attempts.record(ledger, error, kind, attempts.last_error_line(text), **extra)
+
+
+def not_counted(attempt: dict) -> str:
+    """Why a broken attempt does not count towards max_attempts, for the FAILED line ('' if it does)."""
+    from l1bench import attempts
+
+    if attempt.get("disk_full"):
+        return "; the disk is full: not counted, free disk space and rerun"
+    if attempts.ran_out_sharing([attempt]):
+        return "; out of GPU memory beside other jobs: not counted, the retry takes the GPU alone"
+    return ""
+
+
+def name_a_full_disk(main, smk) -> None:
+    """Run ``main(smk)``; a full disk (OSError ENOSPC) in this process (the result, the ledger,
+    the log) ends the job with one line naming it, not a traceback: an infrastructure failure,
+    not an attempt of the task."""
+    from l1bench.attempts import DISK_FULL, is_disk_full
+
+    try:
+        main(smk)
+    except OSError as err:
+        if not is_disk_full(err):
+            raise
+        line = f"{smk.rule} {smk.output[0]}: {DISK_FULL} ({err.filename or 'writing'}); not counted as an attempt"
+        try:
+            with open(smk.log[0], "a") as log:
+                log.write(f"FAILED (no result written; the disk is full: free disk space and rerun): {line}\n")
+        except OSError:
+            pass
+        sys.exit(line)
+
+
 def main(smk) -> None:
     from l1bench import attempts as attempts_mod
     from l1bench.io import atomic_write_json
@@ -294,26 +344,17 @@ def main(smk) -> None:
             logging.error("STOPPED (no result written, not counted as an attempt): %s", err)
             sys.exit(f"{smk.rule}: {err}")
         except JobFailed as err:
-            with open(smk.log[0], "rb") as fh:  # this attempt's lines
-                fh.seek(log_start)
-                text = fh.read().decode(errors="replace")
-            detail = attempts_mod.last_error_line(text)
-            extra = {}
-            if attempts_mod.out_of_memory(text):  # beside other jobs, it does not count (attempts.counted)
-                slots = gpu_slots(smk)
-                extra = {"out_of_memory": True, "gpu_slots": slots[0], "gpu_shared": attempts_mod.gpu_shared(*slots)}
-            attempts = attempts_mod.record(ledger, str(err), err.kind, detail, **extra)
+            attempts = record_failure(smk, err, log_start, ledger)
             res = gave_up(job, attempts, max_attempts)
             if res is None:
                 logging.error(
-                    "FAILED (no result written; the next run retries, attempt %d of %s%s): %s",
+                    "FAILED (no result written; retried, attempt %d of %s%s): %s",
                     len(attempts_mod.counted(attempts)),
                     max_attempts or "unlimited",
-                    "; out of GPU memory beside other jobs: not counted, the retry takes the GPU alone"
-                    if attempts_mod.ran_out_sharing(attempts[-1:]) else "",
-                    err,
+                    not_counted(attempts[-1]),
+                    attempts[-1]["error"],
                 )
-                sys.exit(f"{smk.rule}: {err}")
+                sys.exit(f"{smk.rule}: {attempts[-1]['error']}")
             logging.error("FAILED %d times: giving up, status %s", len(attempts), res["status"])
         else:
             if attempts:  # it broke before: say so in the result, which replaces the ledger
@@ -327,4 +368,4 @@ def main(smk) -> None:
 
 
 if "snakemake" in globals():
-    main(snakemake)  # noqa: F821
+    name_a_full_disk(main, snakemake)  # noqa: F821

@@ -1,10 +1,12 @@
 """The attempts ledger: broken attempts are counted across runs, and a job that breaks every
 time ends with a terminal status instead of being retried forever."""
 
+import errno
 import json
 import re
 from pathlib import Path
 
+import pytest
 from helpers import script_module
 
 from l1bench import attempts
@@ -174,3 +176,77 @@ def test_out_of_memory_beside_other_jobs_is_recorded_but_not_counted(tmp_path):
     assert attempts.given_up(got, 3)
     reason = attempts.terminal_reason(got)
     assert reason.startswith("broke in all 3 attempts, 3 more out of GPU memory beside other jobs (")
+
+
+DISK_FULL_LOG = """\
+$ python3 -m l1bench.worker /tmp/x/job.json /tmp/x/result.json  (timeout 90 s)
+Traceback (most recent call last):
+  File "/work/src/l1bench/io.py", line 20, in atomic_write_text
+OSError: [Errno 28] No space left on device: '/tmp/x/result.json.tmp'
+worker exit 1 after 0.4 s
+"""
+
+
+def failing_job(tmp_path, log_text=""):
+    """(a Snakemake job object as run_task sees it, its ledger) with ``log_text`` in its log."""
+    from types import SimpleNamespace
+
+    log = tmp_path / "logs/check_task/L1_T006.log"
+    log.parent.mkdir(parents=True, exist_ok=True)
+    log.write_text(log_text)
+    out = tmp_path / "results/demo/check/L1_T006.json"
+    smk = SimpleNamespace(log=[str(log)], output=[str(out)], rule="check_task", resources=SimpleNamespace(gpu=1))
+    return smk, attempts.ledger_path(tmp_path / "results/demo", out)
+
+
+def test_a_full_disk_in_a_worker_is_named_and_not_counted(tmp_path):
+    """A worker that found the disk full (OSError errno 28) failed for the machine, not for its
+    task: the ledger names the full disk, and the attempt does not count towards giving up."""
+    from l1bench.runner import JobFailed
+
+    run_task = script_module("run_task")
+    assert attempts.disk_full(DISK_FULL_LOG) and not attempts.disk_full(WORKER_LOG)
+    smk, ledger = failing_job(tmp_path, DISK_FULL_LOG)
+    for _ in range(3):
+        got = run_task.record_failure(smk, JobFailed("L1_T006: worker crashed (exit code 1), see log"), 0, ledger)
+    assert got[-1]["error"] == (
+        "L1_T006: disk full (ENOSPC: No space left on device); worker crashed (exit code 1), see log"
+    )
+    assert got[-1]["kind"] == "disk_full" and got[-1]["disk_full"] is True
+    assert got[-1]["detail"] == "OSError: [Errno 28] No space left on device: '/tmp/x/result.json.tmp'"
+    assert attempts.counted(got) == [] and not attempts.given_up(got, 3)
+    assert run_task.not_counted(got[-1]).startswith("; the disk is full: not counted")
+    assert attempts.kind_of(got[-1]["error"]) == "disk_full"
+    # a crash of the task itself still counts, and the terminal reason names the others
+    smk, _ = failing_job(tmp_path, WORKER_LOG)
+    got = run_task.record_failure(smk, JobFailed("L1_T006: worker crashed (exit code 1), see log"), 0, ledger)
+    assert len(attempts.counted(got)) == 1 and "disk_full" not in got[-1]
+    assert ", 3 more disk full (" in attempts.terminal_reason(got)
+
+
+def test_a_full_disk_in_the_job_process_ends_it_with_one_line(tmp_path):
+    """errno 28 while run_task writes (the result, the ledger): one line naming the full disk,
+    in the job log and as the job's exit message, and no ledger entry (not an attempt)."""
+    run_task = script_module("run_task")
+    smk, ledger = failing_job(tmp_path)
+
+    def full(_smk):
+        raise OSError(errno.ENOSPC, "No space left on device", "results/demo/check/L1_T006.json.tmp")
+
+    try:
+        run_task.name_a_full_disk(full, smk)
+    except SystemExit as stop:
+        line = str(stop.code)
+    assert line == (
+        f"check_task {smk.output[0]}: disk full (ENOSPC: No space left on device) "
+        "(results/demo/check/L1_T006.json.tmp); not counted as an attempt"
+    )
+    assert "\n" not in line and line in Path(smk.log[0]).read_text()
+    assert attempts.log_error(Path(smk.log[0]).read_text())[0] == line
+    assert not ledger.exists()
+
+    def other(_smk):
+        raise OSError(errno.EACCES, "Permission denied")
+
+    with pytest.raises(PermissionError):  # any other OSError stays what it is
+        run_task.name_a_full_disk(other, smk)

@@ -147,3 +147,20 @@ def test_gpu_guard_and_timing_cpus_only_where_the_gpu_jobs_run():
     # the CPU demo and a table rebuild time nothing on a GPU
     assert not preflight.gpus_are_local(local_exec=True, is_demo=True, aggregate_only=False)
     assert not preflight.gpus_are_local(local_exec=True, is_demo=False, aggregate_only=True)
+
+
+def test_a_full_disk_is_named_not_blamed_on_the_task(tmp_path):
+    """A job whose log says ENOSPC and has no FAILED line (run_task could not write it) is named
+    as a full disk; a nearly full disk heads the hint."""
+    log = snakemake_log([
+        ("time_task", "results/demo/time/paper/default/L1_T001.json",
+         "OSError: [Errno 28] No space left on device: 'results/demo/time/paper/default/L1_T001.json.tmp'\n"),
+    ])
+    failed = preflight.failed_jobs([log])
+    assert failed["results/demo/time/paper/default/L1_T001.json"]["error"] == attempts.DISK_FULL
+    assert preflight.disk_full_note(tmp_path) is None  # this disk has room
+    note = preflight.disk_full_note(tmp_path / "not/yet", low=2**62)  # nearest existing parent
+    assert note.startswith(f"The disk holding {tmp_path} is full (") and "ENOSPC" in note
+    hint = preflight.failure_hint("demo", failed, max_attempts=3, disk=note).splitlines()
+    assert hint[0] == note and hint[1] == "1 job failed; every other result is kept."
+    assert "disk full (ENOSPC" in hint[2] and "CUDA fault" not in "\n".join(hint)

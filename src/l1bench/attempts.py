@@ -7,14 +7,16 @@ every run and its task x mode would never get a status. Each broken attempt is t
 appended to a small ledger beside the results (``<results>/<device>/attempts/<the result's
 path below it>``, written atomically); once it holds ``max_attempts`` entries the job gets a
 terminal result instead (status ``crashed`` or ``timeout``, the errors as the reason), decided
-without starting the worker again. An attempt that ran out of GPU memory while other jobs
-shared the GPU is recorded but not counted (:func:`counted`); the retry takes the GPU alone.
+without starting the worker again. Infrastructure failures are recorded but not counted
+(:func:`counted`): an attempt that ran out of GPU memory while other jobs shared the GPU (the
+retry takes the GPU alone), and one that found the disk full (``ENOSPC``, :func:`disk_full`).
 A later success moves the ledger into its result
 (``failed_attempts``). Deleting the result *and* its ledger retries from scratch.
 """
 
 from __future__ import annotations
 
+import errno
 import json
 import re
 from datetime import datetime, timezone
@@ -101,6 +103,35 @@ def _out_beside_others(attempt: dict) -> bool:
     return bool(attempt.get("out_of_memory") and attempt.get("gpu_shared"))
 
 
+#: A full disk in a job's log: the C library's message (Python's OSError errno 28 says it too).
+_DISK_FULL = re.compile(r"No space left on device|\bENOSPC\b|\[Errno 28\]")
+#: How a full disk is named, in the ledger's errors and the end-of-run hint.
+DISK_FULL = "disk full (ENOSPC: No space left on device)"
+
+
+def disk_full(log_text: str) -> bool:
+    """Whether an attempt's job log says the disk was full (ENOSPC): an infrastructure failure,
+    not the task's, so not counted (:func:`counted`)."""
+    return bool(_DISK_FULL.search(log_text))
+
+
+def is_disk_full(err: BaseException) -> bool:
+    """Whether ``err`` is an OSError for a full disk (errno 28, ENOSPC)."""
+    return isinstance(err, OSError) and err.errno == errno.ENOSPC
+
+
+def disk_full_error(error: str) -> str:
+    """A broken attempt's error (``"TID: what happened"``) with the full disk named first."""
+    tid, sep, rest = error.partition(": ")
+    return f"{tid}: {DISK_FULL}; {rest}" if sep else f"{DISK_FULL}; {error}"
+
+
+def infrastructure(attempt: dict) -> bool:
+    """Whether an attempt failed for the machine, not the task: it ran out of GPU memory beside
+    other jobs, or found the disk full."""
+    return _out_beside_others(attempt) or bool(attempt.get("disk_full"))
+
+
 def ran_out_sharing(attempts: list[dict]) -> bool:
     """Whether an attempt ran out of GPU memory while other jobs shared the GPU: not the task's
     own failure (their memory counted too), so it is not counted (:func:`counted`), and the
@@ -109,10 +140,11 @@ def ran_out_sharing(attempts: list[dict]) -> bool:
 
 
 def counted(attempts: list[dict]) -> list[dict]:
-    """The attempts that count towards giving up: all but those that ran out of GPU memory
-    while other jobs shared the GPU (session twenty: on an 80 GB H100, three such attempts in
-    nine minutes gave 22 results of tasks that fit the GPU a terminal ``crashed``)."""
-    return [a for a in attempts if not _out_beside_others(a)]
+    """The attempts that count towards giving up: all but infrastructure failures
+    (:func:`infrastructure`; on an 80 GB H100, three attempts that ran out of memory beside
+    other jobs in nine minutes had given 22 results of tasks that fit the GPU a terminal
+    ``crashed``)."""
+    return [a for a in attempts if not infrastructure(a)]
 
 
 def given_up(attempts: list[dict], max_attempts: int) -> bool:
@@ -130,8 +162,10 @@ def terminal_reason(attempts: list[dict]) -> str:
     last = attempts[-1]
     span = attempts[0]["when"] if len(attempts) == 1 else f"{attempts[0]['when']} .. {last['when']}"
     detail = f": {last['detail']}" if last.get("detail") else ""
-    shared = len(attempts) - len(counted(attempts))
-    also = f", {shared} more out of GPU memory beside other jobs" if shared else ""
+    oom = sum(map(_out_beside_others, attempts))
+    disk = sum(bool(a.get("disk_full")) and not _out_beside_others(a) for a in attempts)
+    notes = ((oom, "out of GPU memory beside other jobs"), (disk, "disk full"))
+    also = "".join(f", {n} more {why}" for n, why in notes if n)
     return f"broke in all {len(counted(attempts))} attempts{also} ({span}); last: {last['error']}{detail}"
 
 
@@ -160,6 +194,8 @@ def kind_of(error: str) -> str:
         return "section_timeout"
     if "timed out after" in error:
         return "timeout"
+    if DISK_FULL in error:
+        return "disk_full"
     return "infra" if "infrastructure failure" in error else "crash"
 
 

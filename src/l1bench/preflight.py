@@ -154,17 +154,38 @@ def failed_jobs(log_texts) -> dict[str, dict]:
             job = out.setdefault(
                 block["output"], {"rule": block["rule"], "log": block.get("log"), "error": "", "drained": False}
             )
+            if not error and attempts.disk_full(log_text):
+                error = attempts.DISK_FULL
             job["error"] = error or job["error"]
             job["drained"] = DRAINED_MARK in log_text and not error
     return dict(sorted(out.items()))
 
 
+#: Free space below which the end-of-run hint says the disk is full.
+DISK_LOW_BYTES = 64 * 2**20
+
+
+def disk_full_note(path: str | Path, low: int = DISK_LOW_BYTES) -> str | None:
+    """One line when the disk holding ``path`` (or its nearest existing parent) is full or nearly,
+    else None: the jobs that broke may have broken for that (ENOSPC), not for their task."""
+    import shutil
+
+    path = Path(path).absolute()
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    free = shutil.disk_usage(path).free
+    if free >= low:
+        return None
+    return (f"The disk holding {path} is full ({free / 2**20:.0f} MiB free): jobs fail with {attempts.DISK_FULL}, "
+            "not counted as attempts; free disk space, then rerun.")
+
+
 def failure_hint(device: str, failed: dict[str, dict], stopped_by: str | None = None, max_attempts: int = 0,
-                 shown: int = 5, logs: str | None = None) -> str:
+                 shown: int = 5, logs: str | None = None, disk: str | None = None) -> str:
     """What to print when a run ends without success: stopped by a signal, or which jobs failed
-    and why, then how to go on."""
+    and why (``disk``: :func:`disk_full_note`'s line, first), then how to go on."""
     retry = f"snakemake --config device={device}"
-    lines = []
+    lines = [disk] if disk else []
     if stopped_by:
         how = (
             "the jobs that were running were stopped" if stopped_by == "SIGINT"
