@@ -142,7 +142,8 @@ def install_recorders(harness, torch) -> None:
         try:
             score, total, message = real_trial(*args, **kwargs)
         except BaseException as err:
-            emit("trial", index=index, seed=kwargs.get("seed_num"), raised=short(err), wall_s=round(time.time() - t0, 3))
+            emit("trial", index=index, seed=kwargs.get("seed_num"), raised=short(err),
+                 wall_s=round(time.time() - t0, 3))
             raise
         ref_ms, custom_ms = split_pairs(choices, elapsed)
         emit("trial", index=index, seed=kwargs.get("seed_num"), score=score, total_elapsed_s=total, message=message,

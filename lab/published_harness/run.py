@@ -84,7 +84,9 @@ def harness_file(path, cache_dir, any_hash: bool = False) -> tuple[Path, str]:
         raise SystemExit(f"harness {path}: file not found")
     digest = sha256_file(path)
     if digest != HARNESS_SHA256 and not any_hash:
-        raise SystemExit(f"harness {path}: sha256 {digest} is not the pinned {HARNESS_SHA256} (--any-harness accepts it)")
+        raise SystemExit(
+            f"harness {path}: sha256 {digest} is not the pinned {HARNESS_SHA256} (--any-harness accepts it)"
+        )
     return path, digest
 
 

@@ -7,7 +7,6 @@ import os
 from pathlib import Path
 
 import pytest
-
 from published_harness import run
 
 HERE = Path(__file__).resolve().parent
