@@ -43,7 +43,7 @@ rule aggregate_results:
 
 
 # A task selection (config slice_reports: YAML files with a tasks: list) measured next to
-# published in every mode, strict next to paper, with the flags (l1bench.compare).
+# published in every mode, strict next to paper, with the flags (l1bench.aggregate.slices).
 rule slice_report:
     input:
         scores=f"{RES}/scores.csv",
@@ -57,5 +57,5 @@ rule slice_report:
     params:
         tolerance=AGREEMENT,
     shell:
-        "python -m l1bench.compare slice {input.scores} {input.tasks}"
+        "python -m l1bench.aggregate.slices {input.scores} {input.tasks}"
         " --tol {params.tolerance} --title {wildcards.name} --out {output} 2> {log}"

@@ -11,4 +11,4 @@ except ModuleNotFoundError as e:
     if e.name != "l1bench":
         raise
     sys.exit(f"{Path(sys.argv[0]).name}: the l1bench package is not installed: `pip install -e .` here, or on an "
-             "offline GPU node `. scripts/offline_install.sh .whl` first (scripts/device_run.sh does it)")
+             "offline GPU node `. scripts/offline_install.sh .whl` first (lab/device_run.sh does it)")

@@ -6,7 +6,7 @@
 # Sourced, so that PYTHONPATH names the folder for everything that follows
 # (snakemake, its jobs and their workers; SLURM jobs inherit it):
 #   . scripts/offline_install.sh WHEELHOUSE_DIR      (folder: $L1_SITE, default /tmp/l1bench-site)
-# scripts/offline_run.sh and scripts/device_run.sh start with it.
+# scripts/offline_run.sh and lab/device_run.sh start with it.
 site=${L1_SITE:-/tmp/l1bench-site}
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 wheelhouse=${1:?usage: . scripts/offline_install.sh WHEELHOUSE_DIR}

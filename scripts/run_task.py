@@ -15,7 +15,7 @@ import os
 import sys
 from pathlib import Path
 
-#: A file whose existence tells new jobs not to start (scripts/device_run.sh creates it shortly
+#: A file whose existence tells new jobs not to start (lab/device_run.sh creates it shortly
 #: before its time budget ends, so jobs already running can finish instead of being killed).
 DRAIN_ENV = "L1BENCH_DRAIN_FILE"
 

@@ -124,3 +124,46 @@ def test_offline_install_puts_the_wheelhouse_and_the_package_in_one_folder(tmp_p
     assert proc.stdout.strip() == str(site / "l1bench" / "__init__.py")
     for module in sorted((ROOT / "src/l1bench/worker").glob("*.py")):  # the worker package, every module
         assert (site / "l1bench" / "worker" / module.name).read_bytes() == module.read_bytes()
+
+
+#: What uses the lab's code: an import of its package, running it or a file of lab/, or lab/
+#: on the import path.
+LAB_REFERENCE = re.compile(
+    r"^\s*(from|import)\s+l1lab\b"
+    r"|\bpython3?\s+-m\s+l1lab\b"
+    r"|\b(bash|sh|python3?|source)\s+[\"']?(\.\./)?lab/"
+    r"|\bscript:\s*[\"']?(\.\./)?lab/"
+    r"|sys\.path.*\blab\b",
+    re.M,
+)
+
+
+def product_files() -> list[Path]:
+    """The product: the package, the workflow's rules, and the scripts the rules run."""
+    rules = [ROOT / "Snakefile", *sorted((ROOT / "rules").glob("*.smk"))]
+    return [*sorted((ROOT / "src").rglob("*.py")), *sorted((ROOT / "scripts").glob("*.py")), *rules]
+
+
+def test_the_product_never_imports_the_lab():
+    """Nothing under src/, scripts/ or the workflow's rules imports lab/l1lab or runs a file of
+    lab/ (the lab may import the product, never the reverse); comments may name lab tools."""
+    assert len(product_files()) > 30
+    found = [
+        f"{path.relative_to(ROOT)}: {m.group(0).strip()}"
+        for path in product_files()
+        for m in LAB_REFERENCE.finditer(path.read_text())
+        if not path.read_text()[: m.start()].rsplit("\n", 1)[-1].lstrip().startswith("#")
+    ]
+    assert found == []
+
+
+def test_the_lab_check_sees_an_import_and_a_run_of_a_lab_script():
+    """The pattern of test_the_product_never_imports_the_lab can fail."""
+    assert LAB_REFERENCE.search("from l1lab import spread\n")
+    assert LAB_REFERENCE.search("import l1lab.stagetimes\n")
+    assert LAB_REFERENCE.search('shell: "bash lab/device_run.sh 10 out"')
+    assert LAB_REFERENCE.search('shell: "python -m l1lab spread repeat a b"')
+    assert LAB_REFERENCE.search('script: "../lab/x.py"')
+    assert LAB_REFERENCE.search("sys.path.insert(0, str(ROOT / 'lab'))")
+    assert not LAB_REFERENCE.search("from l1bench import plan\n")
+    assert not LAB_REFERENCE.search("an offline node runs it first (lab/device_run.sh does it)")

@@ -7,8 +7,9 @@ from pathlib import Path
 import pytest
 from helpers import ROOT, script_module
 
-from l1bench import attempts, compare, preflight, stalls, worker
+from l1bench import attempts, preflight, stalls, worker
 from l1bench.aggregate import conventions as agg_conventions
+from l1bench.aggregate import slices as agg_slices
 from l1bench.aggregate import stats as agg_stats
 from l1bench.detectors.flags import ALL_FLAGS
 from l1bench.results import (
@@ -97,7 +98,7 @@ def test_one_vocabulary():
     assert agg_conventions.FAILED_STATUSES is FAILED_STATUSES and agg_conventions.NOT_RUN_STATUSES is NOT_RUN_STATUSES
     assert attempts.STATUSES <= FAILED_STATUSES
     assert set(ALL_FLAGS) | {stalls.FLAG} == set(Flag)
-    assert agg_stats.AGREEMENT == compare.agreement.__defaults__[0] == AGREEMENT == 0.15
+    assert agg_stats.AGREEMENT == agg_slices.agreement.__defaults__[0] == AGREEMENT == 0.15
     assert agg_conventions.status_class(Status.NO_CODE) == agg_conventions.status_class("no_code") == "not_run"
     assert agg_conventions.status_class("crashed") == "failed" and agg_conventions.status_class("ok") == "measured"
 
@@ -182,3 +183,13 @@ def test_the_three_callers_agree(tmp_path):
     assert run_task.without_worker(bjob, [], 0)["reason"].endswith("nothing to build")
     (task / "custom.py").write_text("from torch.utils.cpp_extension import load_inline\n")
     assert run_task.without_worker(bjob, [], 0) is None
+
+
+def test_each_results_tree_has_its_own_job_logs():
+    from l1bench.io import logs_dir
+
+    assert logs_dir("results/h100") == "logs/h100"  # the default tree: unchanged
+    assert logs_dir("results/spread/s1/h100") == "logs/spread/s1/h100"
+    assert logs_dir("results/retime/h100") != logs_dir("results/h100")
+    assert logs_dir("/tmp/x/h100") == "logs/tmp/x/h100"
+    assert logs_dir("../elsewhere/h100") == "logs/elsewhere/h100"

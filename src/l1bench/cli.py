@@ -12,14 +12,9 @@ import sys
 
 #: subcommand (= module of l1bench) -> what it is for (docs/tools.md)
 TOOLS = {
-    "archive": "raw logs and old experiment trees packed out of results/ (pack, unpack, verify)",
     "attempts": "record broken attempts from Snakemake logs (results made before the attempts ledger)",
-    "compare": "a task selection measured next to published (slice), run-to-run spread (repeat)",
     "extensions": "the table of custom extensions that do not build (extension_failures.md)",
-    "retime": "a results tree that times a task list again (prepare), and its results taken back (adopt)",
-    "stagetimes": "per-stage wall time, exclusive GPU time and stalled timed calls of a results tree",
     "stalls": "the paper results flagged TIMING_OUTLIER, one path a line",
-    "take": "one results tree and its call's logs out of a device call's results.tgz",
 }
 
 

@@ -353,7 +353,7 @@ def aggregate_inputs(
         "extension_failures": existing([curation(device, "extension_failures.json")]),
         # committed list of flags a later detector fix showed to be false (read when present)
         "withdrawn_flags": existing([curation(device, "withdrawn_flags.json")]),
-        # committed run-to-run spread of the tasks timed repeatedly (l1bench.compare spreads)
+        # committed run-to-run spread of the tasks timed repeatedly (made by the lab's l1lab spread)
         "run_spread": existing([curation(device, "run_spread.json")]),
     }
 
@@ -506,7 +506,7 @@ def evaluation_threads(is_demo: bool) -> int:
     """The cores (``--cores``) a check or time job takes: 0 on a GPU, 1 for the CPU demo.
 
     On a GPU these jobs mostly wait for the GPU lock; how many are in flight is the ``gpu``
-    resource (profile: 8; ``scripts/device_run.sh``: twice the CPUs), and ``--cores`` sizes the
+    resource (profile: 8; ``lab/device_run.sh``: twice the CPUs), and ``--cores`` sizes the
     CPU work, the builds. Taking a core each, the main command ``snakemake --cores 1 --config
     device=h100`` ran them one at a time: the 3.7× slower way of issue #13, whatever ``gpu``
     said. The demo's jobs compute on the CPU, so there they take a core each."""

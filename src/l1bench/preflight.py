@@ -138,7 +138,7 @@ WHY = {
 
 
 #: What run_task logs when it does not start a job because the run is draining (the end of a
-#: time budget, scripts/device_run.sh): not a failure of the task.
+#: time budget, lab/device_run.sh): not a failure of the task.
 DRAINED_MARK = "not started: the run is draining"
 
 

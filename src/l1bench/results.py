@@ -21,11 +21,9 @@ so results compare with plain strings from JSON or pandas, and JSON holds the pl
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import Enum
-from pathlib import Path
 from typing import Any
 
 
@@ -143,7 +141,7 @@ class Flag(_StrEnum):
     SELF_TIMED = "SELF_TIMED"
     #: (tables only, paper default mode) in repeated runs of the same code on one GPU model, the
     #: task's score moved by more than 15 % in two pairs or more (config/curation/<device>/
-    #: run_spread.json, l1bench.compare spreads): one run's score is not enough for it.
+    #: run_spread.json, made by the lab's l1lab spread): one run's score is not enough for it.
     RUN_SPREAD = "RUN_SPREAD"
     #: (paper protocol, tables only) timed calls stalled by the host change the score (l1bench.stalls).
     TIMING_OUTLIER = "TIMING_OUTLIER"
@@ -180,8 +178,8 @@ class TaskResult:
     allocator peaks) and, where extensions failed to build, ``extension_failures``) and by
     scripts/run_task.py (``release_fingerprint``,
     ``workflow_code``, ``failed_attempts``; ``provenance`` of a result decided without a
-    worker). Read by l1bench.aggregate (the tables), l1bench.stalls, l1bench.compare,
-    l1bench.retime and l1bench.extensions.
+    worker). Read by l1bench.aggregate (the tables), l1bench.stalls and l1bench.extensions
+    (and by the lab's tools, lab/l1lab).
     """
 
     kind: str
@@ -245,21 +243,6 @@ class TaskResult:
         base = {k: data.pop(k) for k in ("tid", "status", "reason")}
         known = {k: data.pop(k) for k in cls.typed_fields(kind) if k in data}
         return cls(kind, base["tid"], Status(base["status"]), base["reason"], extra=data, **known)
-
-
-#: The list of results ``l1bench retime prepare`` copied into a results tree (paths relative to
-#: it): an earlier run made them, so a report of the tree's own run leaves them out
-#: (l1bench.stagetimes).
-PREPARED = "prepared.json"
-
-
-def prepared(root) -> set[str]:
-    """The results ``l1bench retime prepare`` copied into ``root`` (relative paths; empty
-    without a list)."""
-    try:
-        return set(json.loads((Path(root) / PREPARED).read_text()).get("copied", []))
-    except (OSError, ValueError, AttributeError):
-        return set()
 
 
 # --------------------------------------------------------------------------- what needs a worker

@@ -71,7 +71,7 @@ RUN_SPREAD_MIN_PAIRS = 2
 
 def add_spread_flags(df: pd.DataFrame, note: dict, min_pairs: int = RUN_SPREAD_MIN_PAIRS) -> pd.DataFrame:
     """RUN_SPREAD on the rows of the note's mode and protocol (``run_spread.json``,
-    :func:`l1bench.compare.spread_list`) of each task whose score moved beyond the tolerance in
+    made by the lab's ``l1lab spread spreads``) of each task whose score moved beyond the tolerance in
     ``min_pairs`` pairs of repeated runs or more."""
     tids = {tid for tid, t in ((note or {}).get("tasks") or {}).items() if t.get("over", 0) >= min_pairs}
     if df.empty or not tids:

@@ -1,11 +1,11 @@
-"""l1bench take: one results tree and its call's logs out of a device call's results.tgz."""
+"""python -m l1lab take: one results tree and its run's logs out of a device run's results.tgz."""
 
 import io
 import tarfile
 
 import pytest
 
-from l1bench import take
+from l1lab import take
 
 NEW, OLD = "20261205T020000", "20261205T010000"
 
@@ -26,7 +26,7 @@ def _tgz(path, files: dict, links=()):
 
 @pytest.fixture
 def archive(tmp_path):
-    """What device_run.sh packs: the call's tree, a carried committed tree, two calls' logs."""
+    """What device_run.sh packs: the run's tree, a carried committed tree, two runs' logs."""
     return _tgz(tmp_path / "results.tgz", {
         "results/d7-c1/h100/README.md": "tables",
         "results/d7-c1/h100/check/L1_T001.json": "{}",
@@ -36,12 +36,12 @@ def archive(tmp_path):
         "results/d7-c1/h100/tasks/L1_T001/custom.py": "code",
         "results/d7-c1/h100/tmp/scratch": "x",
         "results/h100/check/L1_T002.json": "{}",
-        f"logs/snakemake-{OLD}.log": "first call",
-        f"logs/snakemake-{NEW}.log": "second call",
+        f"logs/snakemake-{OLD}.log": "first run",
+        f"logs/snakemake-{NEW}.log": "second run",
         f"logs/samples/gpu-{NEW}.csv": "gpu",
         f"logs/samples/cpus-{NEW}.txt": "cpus",
         f"logs/samples/cpu-{OLD}.txt": "cpu",
-        "logs/other.log": "not a call log",
+        "logs/other.log": "not a run log",
     }, links=[("results/d7-c1/h100/check/L1_T009.json", "/etc/passwd")])
 
 
@@ -50,7 +50,7 @@ def _files(root):
 
 
 def test_takes_the_tree_without_extensions_snippets_scratch_or_links(archive, tmp_path):
-    dest = tmp_path / "isolation" / "design7" / "c1" / "h100"
+    dest = tmp_path / "spread" / "c1" / "h100"
     counts = take.take(archive, "results/d7-c1/h100", dest)
     assert _files(dest) == ["README.md", "build/L1_T001.json", "check/L1_T001.json",
                             "time/paper/default/L1_T001.json"]
@@ -65,7 +65,7 @@ def test_takes_the_newest_calls_logs_or_all(archive, tmp_path):
     assert _files(runs) == [f"cpus-{NEW}.txt", f"gpu-{NEW}.csv", f"snakemake-{NEW}.log"]
     every = tmp_path / "runs" / "all"
     take.take(archive, "results/d7-c1/h100", tmp_path / "t", runs=every, all_logs=True)
-    assert len(_files(every)) == 5 and (every / f"snakemake-{OLD}.log").read_text() == "first call"
+    assert len(_files(every)) == 5 and (every / f"snakemake-{OLD}.log").read_text() == "first run"
 
 
 def test_replaces_an_existing_tree_whole(archive, tmp_path):
@@ -96,11 +96,11 @@ def test_a_member_that_leaves_its_folder_is_refused(tmp_path):
 
 def test_cli_says_what_is_wrong_in_one_line(tmp_path, capsys):
     assert take.main([str(tmp_path / "none.tgz"), "results/x/h100", str(tmp_path / "d")]) == 1
-    assert capsys.readouterr().err == f"l1bench take: {tmp_path / 'none.tgz'}: archive not found\n"
+    assert capsys.readouterr().err == f"take: {tmp_path / 'none.tgz'}: archive not found\n"
     (tmp_path / "junk.tgz").write_text("not a tar")
     assert take.main([str(tmp_path / "junk.tgz"), "results/x/h100", str(tmp_path / "d")]) == 1
     err = capsys.readouterr().err
-    assert err.startswith(f"l1bench take: {tmp_path / 'junk.tgz'}: not a readable tar archive") and err.count("\n") == 1
+    assert err.startswith(f"take: {tmp_path / 'junk.tgz'}: not a readable tar archive") and err.count("\n") == 1
 
 
 def test_cli_reports_counts(archive, tmp_path, capsys):
@@ -110,8 +110,8 @@ def test_cli_reports_counts(archive, tmp_path, capsys):
 
 
 def test_tree_logs_are_the_calls_that_wrote_the_tree(tmp_path):
-    """A slice finished over two calls on a node that ran another experiment first: the two
-    calls whose Snakemake logs name the tree, not the other one, and not only the newest."""
+    """A slice finished over two runs on a node that ran another experiment first: the two
+    runs whose Snakemake logs name the tree, not the other one, and not only the newest."""
     first, second, other = "20261205T091806", "20261205T092750", "20261205T091032"
     tgz = _tgz(tmp_path / "results.tgz", {
         "results/slice41-h100/h100/check/L1_T001.json": "{}",

@@ -1,24 +1,24 @@
-"""Take one results tree (and its call's logs) out of a device call's ``results.tgz``.
+"""Take one results tree (and its run's logs) out of a device run's ``results.tgz``.
 
-``scripts/device_run.sh`` packs the whole ``results/`` and ``logs/`` of the GPU node into
-``OUT/results.tgz``: the tree the call wrote, every committed tree the checkout carried, and the
-logs of every call made on that node so far. An experiment keeps only the tree it ran and the
-logs of that call, under a name of its own (``results/isolation/<design>/c1/h100``, its
+``lab/device_run.sh`` packs the whole ``results/`` and ``logs/`` of the GPU node into
+``OUT/results.tgz``: the tree the run wrote, every committed tree the checkout carried, and the
+logs of every run made on that node so far. An experiment keeps only the tree it ran and the
+logs of that run, under a name of its own (``results/spread/c1/h100``, its
 ``runs/c1``). ``take`` does that:
 
 - the tree's files, without built extensions, task snippets and scratch (``build/ext``,
   ``tasks``, ``tmp``: they are rebuilt from the release), are extracted into a temporary
   folder beside ``DEST`` and moved into place only when all were extracted; an existing
   ``DEST`` is replaced then, not before (an interrupted take leaves the old tree whole);
-- with ``--runs DIR``, the Snakemake log and sampler files of the newest call in the archive
-  (the stamp ``device_run.sh`` gives one call: ``logs/snakemake-<stamp>.log``,
-  ``logs/samples/*-<stamp>.*``), of every call whose Snakemake log names the tree with
-  ``--tree-logs`` (a tree a second call finished: both calls, not the node's other calls), or of
-  every call with ``--all-logs``;
+- with ``--runs DIR``, the Snakemake log and sampler files of the newest run in the archive
+  (the stamp ``lab/device_run.sh`` gives one run: ``logs/snakemake-<stamp>.log``,
+  ``logs/samples/*-<stamp>.*``), of every run whose Snakemake log names the tree with
+  ``--tree-logs`` (a tree a second run finished: both runs, not the node's other runs), or of
+  every run with ``--all-logs``;
 - only regular files are extracted (no links, devices or paths with ``..``).
 
-    l1bench take "$FILES_AT/c1/results.tgz" results/d7-c1/h100 results/isolation/design7/c1/h100 \\
-        --runs results/isolation/design7/runs/c1
+    python -m l1lab take OUT/c1/results.tgz results/c1/h100 results/spread/c1/h100 \\
+        --runs results/spread/runs/c1
 """
 
 from __future__ import annotations
@@ -73,7 +73,7 @@ def tree_members(names, tree: str) -> dict[str, str]:
 
 
 def log_members(names, all_logs: bool = False, stamps=None) -> dict[str, str]:
-    """{member name: file name} of the call logs: the newest stamp's, all with ``all_logs``, or
+    """{member name: file name} of the run logs: the newest stamp's, all with ``all_logs``, or
     those of the given ``stamps``."""
     stamped = {name: m.group(1) for name in names if (m := STAMP.match(_norm(name)))}
     if not stamped:
@@ -88,7 +88,7 @@ def log_members(names, all_logs: bool = False, stamps=None) -> dict[str, str]:
 
 
 def calls_naming(tgz: tarfile.TarFile, names, tree: str) -> set[str]:
-    """The stamps of the calls whose Snakemake log names a file of ``tree`` (the calls that ran
+    """The stamps of the runs whose Snakemake log names a file of ``tree`` (the runs that ran
     jobs writing to it)."""
     needle = tree.rstrip("/").encode() + b"/"
     out = set()
@@ -130,7 +130,7 @@ def _replace(tmp: Path, dest: Path) -> None:
 
 
 def take(archive, tree: str, dest, runs=None, all_logs: bool = False, tree_logs: bool = False) -> dict:
-    """Extract ``tree`` of ``archive`` to ``dest`` (and the call's logs to ``runs``): counts."""
+    """Extract ``tree`` of ``archive`` to ``dest`` (and the run's logs to ``runs``): counts."""
     archive, dest = Path(archive), Path(dest)
     if not archive.is_file():
         raise TakeError(f"{archive}: archive not found")
@@ -161,19 +161,19 @@ def take(archive, tree: str, dest, runs=None, all_logs: bool = False, tree_logs:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("archive", help="a device call's results.tgz (scripts/device_run.sh)")
+    ap.add_argument("archive", help="a device run's results.tgz (lab/device_run.sh)")
     ap.add_argument("tree", help="the results tree in it, e.g. results/d7-c1/h100")
-    ap.add_argument("dest", help="where the tree goes, e.g. results/isolation/design7/c1/h100 (replaced)")
-    ap.add_argument("--runs", help="a folder for the call's Snakemake log and sampler files")
+    ap.add_argument("dest", help="where the tree goes, e.g. results/spread/c1/h100 (replaced)")
+    ap.add_argument("--runs", help="a folder for the run's Snakemake log and sampler files")
     which = ap.add_mutually_exclusive_group()
-    which.add_argument("--all-logs", action="store_true", help="every call's logs, not only the newest call's")
+    which.add_argument("--all-logs", action="store_true", help="every run's logs, not only the newest run's")
     which.add_argument("--tree-logs", action="store_true",
-                       help="the logs of every call whose Snakemake log names the tree (one finished over two calls)")
+                       help="the logs of every run whose Snakemake log names the tree (one finished over two runs)")
     args = ap.parse_args(argv)
     try:
         counts = take(args.archive, args.tree, args.dest, args.runs, args.all_logs, args.tree_logs)
     except TakeError as e:
-        print(f"l1bench take: {e}", file=sys.stderr)
+        print(f"take: {e}", file=sys.stderr)
         return 1
     print(f"{args.dest}: {counts['files']} files from {args.archive}:{args.tree}"
           + (f"; {counts['logs']} log files in {args.runs}" if args.runs else ""))

@@ -7,16 +7,16 @@ tree (``--ext-from``: hard links, so no task builds its extension twice on one m
 ``--stages check`` copies the checks only: the run plans no build and no check job (a time
 job's inputs are its check, ``ancient``), and each task's first time job builds its extension
 again as it loads it, the GPU lock released while compiling, in parallel across tasks (the
-release's eager modes with design 7: 793 time jobs and nothing else, by a dry run).
+release's eager modes: 793 time jobs and nothing else, by a dry run).
 
 ``adopt`` brings the time results of such a tree back into the finished one: each result
 replaces the one it re-times (written atomically), so a release is re-timed in place in as
-many calls as it takes, every result always present, the old one until its new one exists.
+many runs as it takes, every result always present, the old one until its new one exists.
 
-    l1bench retime prepare results/h100 results/isolation/c1/h100 \\
-        --tasks config/runs/h100_isolation.yaml --ext-from results/isolation/c0/h100
-    l1bench retime prepare results/h100 results/retime/h100 --stages check --keep-design 4
-    l1bench retime adopt results/retime/h100 results/h100
+    python -m l1lab retime prepare results/h100 results/spread/c1/h100 \\
+        --tasks lab/runs/h100_isolation.yaml --ext-from results/spread/c0/h100
+    python -m l1lab retime prepare results/h100 results/retime/h100 --stages check --keep-version 7
+    python -m l1lab retime adopt results/retime/h100 results/h100
 """
 
 from __future__ import annotations
@@ -26,11 +26,26 @@ import json
 import shutil
 from pathlib import Path
 
-from l1bench.compare import load_task_list
+from l1bench.aggregate.slices import load_task_list
 from l1bench.io import atomic_write_text
-from l1bench.results import PREPARED, Status, prepared
+from l1bench.results import Status
 
 STAGES = ("build", "check")
+
+
+#: The list of results :func:`prepare` copied into a results tree (paths relative to
+#: it): an earlier run made them, so a report of the tree's own run leaves them out
+#: (l1lab.stagetimes).
+PREPARED = "prepared.json"
+
+
+def prepared(root) -> set[str]:
+    """The results :func:`prepare` copied into ``root`` (relative paths; empty
+    without a list)."""
+    try:
+        return set(json.loads((Path(root) / PREPARED).read_text()).get("copied", []))
+    except (OSError, ValueError, AttributeError):
+        return set()
 
 
 def checked_tasks(src: Path) -> list[str]:
@@ -39,11 +54,11 @@ def checked_tasks(src: Path) -> list[str]:
 
 
 def prepare(src: Path, dest: Path, tids: list[str], ext_from: Path | None = None,
-            stages: tuple[str, ...] = STAGES, keep_design: int | None = None) -> dict:
+            stages: tuple[str, ...] = STAGES, keep_version: int | None = None) -> dict:
     """Copy the ``stages`` results (build, check) of ``tids`` (and reference_scan.json) from
     ``src`` to ``dest``; hard-link the built extensions of ``ext_from`` (or copy where links
-    fail). With ``keep_design``, also the time results that need no new timing: scored with
-    that design, or not scored (no code, incorrect...: the design does not change them), so a
+    fail). With ``keep_version``, also the time results that need no new timing: scored with
+    that timing version, or not scored (no code, incorrect...: the timing does not change them), so a
     run continues a re-timing where an earlier one stopped. Existing files in ``dest`` are
     kept. The copied results are listed in ``dest``/:data:`l1bench.results.PREPARED` (added to
     an earlier list). Returns counts."""
@@ -53,7 +68,7 @@ def prepare(src: Path, dest: Path, tids: list[str], ext_from: Path | None = None
         raise ValueError(f"unknown stage(s) {sorted(unknown)}: choose from {', '.join(STAGES)}")
     counts = {"build": 0, "check": 0, "ext": 0}
     copied: list[str] = []
-    if keep_design is not None:
+    if keep_version is not None:
         counts["time"] = 0
         wanted = set(tids)
         for f in sorted((src / "time").glob("*/*/*.json")):
@@ -61,7 +76,7 @@ def prepare(src: Path, dest: Path, tids: list[str], ext_from: Path | None = None
             if f.stem not in wanted or here.exists():
                 continue
             res = json.loads(f.read_text())
-            if res.get("status") != Status.OK or res.get("timing_design") == keep_design:
+            if res.get("status") != Status.OK or timing_version(res) == keep_version:
                 here.parent.mkdir(parents=True, exist_ok=True)
                 shutil.copy2(f, here)
                 copied.append(here.relative_to(dest).as_posix())
@@ -90,9 +105,9 @@ def prepare(src: Path, dest: Path, tids: list[str], ext_from: Path | None = None
     return counts
 
 
-def adopt(src: Path, dest: Path, design: int | None = None) -> dict:
+def adopt(src: Path, dest: Path, version: int | None = None) -> dict:
     """Copy every time result of ``src`` (``time/<protocol>/<mode>/<task>.json``) over the
-    same file in ``dest``, atomically; with ``design``, only results of that timing design.
+    same file in ``dest``, atomically; with ``version``, only results of that timing version.
     A result the destination does not have is added. Returns counts (adopted, skipped, by
     protocol/mode)."""
     src, dest = Path(src), Path(dest)
@@ -104,7 +119,7 @@ def adopt(src: Path, dest: Path, design: int | None = None) -> dict:
             res = json.loads(text)
         except (OSError, ValueError) as e:
             raise ValueError(f"{f}: not a result ({e})") from None
-        if design is not None and res.get("status") == Status.OK and res.get("timing_design") != design:
+        if version is not None and res.get("status") == Status.OK and timing_version(res) != version:
             counts["skipped"] += 1
             continue
         atomic_write_text(dest / rel, text)
@@ -112,6 +127,11 @@ def adopt(src: Path, dest: Path, design: int | None = None) -> dict:
         counts[key] = counts.get(key, 0) + 1
         counts["adopted"] += 1
     return counts
+
+
+def timing_version(res: dict):
+    """The timing version a result was scored with (its ``timing_version``, or the older key)."""
+    return res.get("timing_version", res.get("timing_design"))
 
 
 def _link_or_copy(a, b):
@@ -131,20 +151,20 @@ def main(argv=None) -> int:
     p.add_argument("--ext-from", help="a results tree whose built extensions to share")
     p.add_argument("--stages", nargs="+", default=list(STAGES), choices=STAGES,
                    help="which results to copy (default: build check)")
-    p.add_argument("--keep-design", type=int,
-                   help="also copy the time results scored with this timing design, and unscored ones")
+    p.add_argument("--keep-version", type=int,
+                   help="also copy the time results scored with this timing version, and unscored ones")
     a = sub.add_parser("adopt", help="copy a re-timing tree's time results over a finished tree's")
     a.add_argument("src", help="the re-timing tree, results/<...>/<device>")
     a.add_argument("dest", help="the finished tree, results/<device>")
-    a.add_argument("--design", type=int, help="adopt only scored results of this timing design")
+    a.add_argument("--version", type=int, help="adopt only scored results of this timing version")
     args = ap.parse_args(argv)
     if args.cmd == "adopt":
-        counts = adopt(Path(args.src), Path(args.dest), args.design)
+        counts = adopt(Path(args.src), Path(args.dest), args.version)
         print(f"{args.dest}: adopted from {args.src}: {counts}")
         return 0
     tids = sorted({t for f in args.tasks for t in load_task_list(f)}) if args.tasks else checked_tasks(args.src)
     counts = prepare(Path(args.src), Path(args.dest), tids, Path(args.ext_from) if args.ext_from else None,
-                     tuple(args.stages), args.keep_design)
+                     tuple(args.stages), args.keep_version)
     print(f"{args.dest}: {len(tids)} tasks; copied {counts}")
     return 0
 

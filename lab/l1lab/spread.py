@@ -1,14 +1,12 @@
-"""Reports that compare result sets, from the per-task result table (``scores.csv``).
+"""Run-to-run spread: the same tasks timed twice (two results trees), per task the two scores and
+their relative difference, with the median and maximum, the stalled timed calls, the GPU-bound
+and host-bound tasks apart, and the run-to-run targets (median, share within ±15 %, stalls).
 
-* ``slice_report``: a task selection (e.g. the 41-task h100 slice) in every mode: status,
-  measured next to published, strict next to paper, detector flags, and the share of tasks
-  whose measured score is within a tolerance of the published one.
-* ``run_to_run``: the same tasks timed twice (two results folders): per task the two scores
-  and their relative difference, with the median and maximum.
+    python -m l1lab spread repeat FIRST_TREE SECOND_TREE [--targets] [--out PAGE.md]
+    python -m l1lab spread spreads FIRST SECOND [FIRST SECOND ...] --out run_spread.json
 
-``l1bench compare slice results/h100/scores.csv config/slices/h100_slice41.yaml``
-``l1bench compare repeat results/h100 results/repeat/h100 --mode default``
-Both print markdown; ``--out FILE`` writes it atomically instead.
+``spreads`` writes, per task over several pairs of runs, how often its score moved: the
+product's tables flag ``RUN_SPREAD`` from such a file (config/curation/<device>/run_spread.json).
 """
 
 from __future__ import annotations
@@ -20,39 +18,12 @@ import statistics
 import sys
 from pathlib import Path
 
-import pandas as pd
-
 from l1bench import hostclock, stalls
-from l1bench import release as rel
 from l1bench.aggregate.conventions import MODE_LABELS, NA
 from l1bench.aggregate.markdown import fmt as _fmt
 from l1bench.aggregate.markdown import md_table
-from l1bench.aggregate.stats import ratio_stats
 from l1bench.io import atomic_write_text
 from l1bench.results import AGREEMENT, Status
-
-MODES = list(rel.MODES)
-
-
-def tid_of(task: str) -> str:
-    """``"1/19"`` or ``"L1_T019"`` → ``"L1_T019"``; anything else is a clear error."""
-    task = str(task).strip()
-    try:
-        if "/" in task:
-            return rel.task_id(*rel.parse_task_selector(task))
-        return rel.task_id(*rel.parse_task_id(task))
-    except (rel.ReleaseError, ValueError):
-        raise ValueError(f"task {task!r}: expected LEVEL/NUMBER (e.g. 1/19) or a task id (L1_T019)") from None
-
-
-def load_task_list(path) -> list[str]:
-    """Task ids from a YAML file with a ``tasks:`` list (the workflow's slice configs)."""
-    import yaml
-
-    data = yaml.safe_load(Path(path).read_text()) or {}
-    if not isinstance(data.get("tasks"), list):
-        raise ValueError(f"{path}: no 'tasks:' list")
-    return [tid_of(t) for t in data["tasks"]]
 
 
 def _num(x) -> float | None:
@@ -61,90 +32,6 @@ def _num(x) -> float | None:
     except (TypeError, ValueError):
         return None
     return f if math.isfinite(f) else None
-
-
-def _flags(value) -> list[str]:
-    if not isinstance(value, str) or not value.strip():
-        return []
-    return [f.strip() for f in value.replace(";", ",").split(",") if f.strip()]
-
-
-def agreement(df: pd.DataFrame, tol: float = AGREEMENT) -> pd.DataFrame:
-    """Per protocol and mode: tasks with a measured and a published score, how many agree
-    within ``tol`` (|measured/published − 1| ≤ tol), their share and the median ratio."""
-    rows = []
-    for (protocol, mode), g in df.groupby(["protocol", "mode"], sort=False):
-        both = g[(g["status"] == Status.OK) & g["published"].notna() & g["measured"].notna()]
-        st = ratio_stats(both["measured"] / both["published"], tol)
-        rows.append(
-            {
-                "protocol": protocol,
-                "mode": mode,
-                "compared": st["compared"],
-                "within": st["within"],
-                "share": st["within"] / st["compared"] if st["compared"] else None,
-                "median_ratio": st["median_ratio"] if st["compared"] else None,
-            }
-        )
-    return pd.DataFrame(rows, columns=["protocol", "mode", "compared", "within", "share", "median_ratio"])
-
-
-def _cell(row) -> str:
-    """One mode of one task: ``measured (published)`` or the status."""
-    if row is None:
-        return "missing"
-    if row["status"] == Status.OK:
-        return f"{_fmt(row['measured'])} ({_fmt(row['published'])})"
-    return str(row["status"])
-
-
-def slice_rows(df: pd.DataFrame, tids: list[str]) -> list[list[str]]:
-    """Per task: check status, each paper mode, strict default, and every flag seen."""
-    by_key = {(r["tid"], r["protocol"], r["mode"]): r for r in df.to_dict("records")}
-    rows = []
-    for tid in tids:
-        any_row = next((by_key[k] for k in by_key if k[0] == tid), None)
-        if any_row is None:
-            rows.append([tid, "missing"] + ["missing"] * (len(MODES) + 1) + [""])
-            continue
-        check = any_row.get("check_status")
-        check = any_row.get("code_status") if not isinstance(check, str) else check
-        cells = [_cell(by_key.get((tid, "paper", m))) for m in MODES]
-        strict = by_key.get((tid, "strict", "default"))
-        flags: list[str] = []
-        for k, r in by_key.items():
-            if k[0] == tid:
-                flags += [f for f in _flags(r.get("flags")) if f not in flags]
-        rows.append([tid, str(check), *cells, _cell(strict) if strict else NA, ", ".join(flags)])
-    return rows
-
-
-def slice_report(df: pd.DataFrame, tids: list[str], tol: float = AGREEMENT, title: str = "") -> str:
-    """Markdown: agreement per mode on the selection, then the per-task matrix."""
-    sel = df[df["tid"].isin(tids)]
-    missing = sorted(set(tids) - set(sel["tid"]))
-    statuses = sel.groupby(["protocol", "mode"])["status"].value_counts().unstack(fill_value=0)
-    lines = [f"# {title or 'Task selection'}: measured next to published", ""]
-    lines += [
-        f"{len(tids)} tasks. Cells: measured (published) speedup, or the result's status. "
-        f"Agreement: |measured/published − 1| ≤ {tol:.0%} among tasks with both scores.",
-        "",
-    ]
-    ag = agreement(sel, tol)
-    rows = []
-    for r in ag.itertuples():
-        st = statuses.loc[(r.protocol, r.mode)] if (r.protocol, r.mode) in statuses.index else {}
-        counts = ", ".join(f"{k} {int(v)}" for k, v in st.items() if v) if len(st) else ""
-        share = NA if r.share is None else f"{r.share:.0%}"
-        label = MODE_LABELS.get(r.mode, r.mode)
-        rows.append([r.protocol, label, counts, f"{r.within}/{r.compared}", share, _fmt(r.median_ratio)])
-    lines.append(md_table(rows, ["Protocol", "Mode", "Statuses", "Within tol.", "Share", "Median measured/published"]))
-    lines += ["", "## Per task", ""]
-    headers = ["Task", "Check", *(MODE_LABELS[m] for m in MODES), "Strict default", "Flags"]
-    lines.append(md_table(slice_rows(sel, tids), headers))
-    if missing:
-        lines += ["", f"No result at all for: {', '.join(missing)}."]
-    return "\n".join(lines) + "\n"
 
 
 def _time_results(root, protocol: str, mode: str) -> dict[str, dict]:
@@ -230,15 +117,16 @@ def by_bound(rows: list[dict], tol: float = AGREEMENT) -> dict:
 
 def machine_of(results) -> dict:
     """What measured a run's results, from their provenance: the GPU names and the timing
-    designs, each as a sorted list of the values found (results without one say nothing)."""
-    gpus, designs = set(), set()
+    versions, each as a sorted list of the values found (results without one say nothing)."""
+    gpus, versions = set(), set()
     for res in results:
         gpu = (res.get("provenance") or {}).get("gpu")
         if gpu:
             gpus.add(str(gpu))
-        if res.get("timing_design") is not None:
-            designs.add(res["timing_design"])
-    return {"gpus": sorted(gpus), "designs": sorted(designs, key=str)}
+        version = res.get("timing_version", res.get("timing_design"))
+        if version is not None:
+            versions.add(version)
+    return {"gpus": sorted(gpus), "versions": sorted(versions, key=str)}
 
 
 def same_gpu(rr: dict) -> bool | None:
@@ -250,15 +138,15 @@ def same_gpu(rr: dict) -> bool | None:
 
 
 def render_machines(rr: dict) -> str | None:
-    """One line: each run's GPU and timing design; a warning when the GPUs differ (the spread
+    """One line: each run's GPU and timing version; a warning when the GPUs differ (the spread
     then holds the GPUs' difference, not only the runs')."""
     machines = rr.get("machines") or []
-    if len(machines) != 2 or not any(m["gpus"] or m["designs"] for m in machines):
+    if len(machines) != 2 or not any(m["gpus"] or m["versions"] for m in machines):
         return None
 
     def one(m):
         gpu = " + ".join(m["gpus"]) or "GPU not recorded"
-        return gpu + (f", timing design {'/'.join(map(str, m['designs']))}" if m["designs"] else "")
+        return gpu + (f", timing version {'/'.join(map(str, m['versions']))}" if m["versions"] else "")
 
     line = f"* measured on: first {one(machines[0])}; second {one(machines[1])}"
     if same_gpu(rr) is False:
@@ -281,7 +169,7 @@ def call_time_ratios(a: dict[str, dict], b: dict[str, dict]) -> dict:
     """How the timed calls themselves moved between two runs, apart from the scores: for the
     tasks scored in both, the second run's first-call and steady-state times over the first's
     (:func:`_call_times`), per side, as medians over the tasks. A run whose calls all ran
-    slower (a busier machine, a design that lets other work near the timed calls) shows here
+    slower (a busier machine, a timing that lets other work near the timed calls) shows here
     even where the scores, ratios of two such times, hide it."""
     ratios: dict[str, list[float]] = {k: [] for k in ("ref_first", "ref_steady", "custom_first", "custom_steady")}
     for tid in sorted(set(a) & set(b)):
@@ -295,7 +183,7 @@ def call_time_ratios(a: dict[str, dict], b: dict[str, dict]) -> dict:
     return {k: _median_of(v) for k, v in ratios.items()}
 
 
-#: Issue #13's targets for two runs of the same tasks (``--targets``): median |Δscore| at most
+#: The run-to-run targets for two runs of the same tasks (``--targets``): median |Δscore| at most
 #: 5 %, at least 90 % of the tasks within ±15 %, at most 0.5 stalled timed calls per 1000 in
 #: each run.
 TARGET_MEDIAN, TARGET_WITHIN_SHARE, TARGET_STALLED_PER_1000 = 0.05, 0.90, 0.5
@@ -308,7 +196,7 @@ def target_names(tol: float = AGREEMENT) -> tuple[str, str, str]:
 
 
 def targets(rr: dict) -> list[tuple[str, str, bool]]:
-    """Issue #13's targets against a :func:`run_to_run` result: (target, measured, met) each.
+    """The run-to-run targets against a :func:`run_to_run` result: (target, measured, met) each.
     No task in both runs meets none. The targets are for two runs on one GPU model: where the
     results say the GPUs differ, none is met (their spread holds the GPUs' difference)."""
     names = target_names(rr.get("tol", AGREEMENT))
@@ -336,8 +224,8 @@ def render_targets(rr: dict) -> str:
     parts = _checks_text(checks)
     verdict = "all met" if all(ok for *_, ok in checks) else "not all met"
     if same_gpu(rr) is False:
-        return "* issue #13's targets for two runs: **not judged** (the runs timed on different GPUs)"
-    return f"* issue #13's targets for two runs: {parts}; **{verdict}**"
+        return "* the run-to-run targets: **not judged** (the runs timed on different GPUs)"
+    return f"* the run-to-run targets: {parts}; **{verdict}**"
 
 
 def _pct(x) -> str:
@@ -384,7 +272,7 @@ def render_run_to_run(rr: dict, first_label: str, second_label: str, with_target
         for r in ordered
     ]
     head = ["Task", "First", "Second", "Rel. difference", "Early stop in a run", "Stalled calls", "Without stalls"]
-    # the host's share only where the results record it (results timed before session 16 do not)
+    # the host's share only where the results record it (older results do not)
     if any(r.get("host_bound") is not None for r in ordered):
         head.append("Host-bound side")
         for row, r in zip(rows, ordered, strict=True):
@@ -429,7 +317,7 @@ def render_bound(rr: dict, with_targets: bool = False) -> str | None:
     if with_targets and gpu.get("n") and same_gpu(rr) is not False:
         sub = {**rr, "n": gpu["n"], "median": gpu["median"], "within": gpu["within"]}
         checks = targets(sub)[:2]
-        line += "\n* issue #13's median and share targets over the GPU-bound tasks only: " + _checks_text(checks)
+        line += "\n* the run-to-run median and share targets over the GPU-bound tasks only: " + _checks_text(checks)
     return line
 
 
@@ -465,20 +353,6 @@ def spread_list(pairs, mode: str = "default", protocol: str = "paper", tol: floa
     return {"mode": mode, "protocol": protocol, "tol": tol, "pairs": used, "tasks": dict(sorted(tasks.items()))}
 
 
-def pairs_from(path) -> list[tuple[str, str]]:
-    """The ``run_spread: pairs:`` of a YAML file (config/reports.yaml); ValueError naming the
-    file when it has none or a pair is not two trees."""
-    import yaml
-
-    pairs = ((yaml.safe_load(Path(path).read_text()) or {}).get("run_spread") or {}).get("pairs")
-    if not pairs:
-        raise ValueError(f"{path}: no 'run_spread: pairs:' list")
-    bad = [p for p in pairs if not (isinstance(p, list) and len(p) == 2)]
-    if bad:
-        raise ValueError(f"{path}: run_spread pair {bad[0]!r} is not [first tree, second tree]")
-    return [(str(a), str(b)) for a, b in pairs]
-
-
 def _write(text: str, out: str | None) -> None:
     if out:
         atomic_write_text(out, text)
@@ -487,26 +361,18 @@ def _write(text: str, out: str | None) -> None:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(prog="l1lab spread", description=__doc__.split("\n\n")[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
-    s = sub.add_parser("slice", help="a task selection in every mode, measured next to published")
-    s.add_argument("scores", help="scores.csv written by aggregate_results")
-    s.add_argument("tasks", help="YAML file with a tasks: list")
-    s.add_argument("--tol", type=float, default=AGREEMENT)
-    s.add_argument("--title", default="")
-    s.add_argument("--out")
     r = sub.add_parser("repeat", help="the same tasks timed twice")
     r.add_argument("first")
     r.add_argument("second")
     r.add_argument("--mode", default="default")
     r.add_argument("--protocol", default="paper")
     r.add_argument("--targets", action="store_true",
-                   help="add a line: issue #13's targets for two runs (median, share within, stalls), met or not")
+                   help="add a line: the run-to-run targets (median, share within, stalls), met or not")
     r.add_argument("--out")
     sp = sub.add_parser("spreads", help="per task, over pairs of repeated runs: how often its score moved (JSON)")
-    sp.add_argument("trees", nargs="*", help="FIRST SECOND [FIRST SECOND ...]: pairs of results trees")
-    sp.add_argument("--pairs-from", metavar="YAML",
-                    help="the pairs of a YAML file's run_spread: pairs: list (config/reports.yaml)")
+    sp.add_argument("trees", nargs="+", help="FIRST SECOND [FIRST SECOND ...]: pairs of results trees")
     sp.add_argument("--mode", default="default")
     sp.add_argument("--protocol", default="paper")
     sp.add_argument("--out")
@@ -516,19 +382,12 @@ def main(argv=None) -> int:
             if len(args.trees) % 2:
                 raise ValueError(f"{len(args.trees)} trees given: pairs are needed (FIRST SECOND ...)")
             pairs = list(zip(args.trees[::2], args.trees[1::2], strict=True))
-            if args.pairs_from:
-                pairs += pairs_from(args.pairs_from)
-            if not pairs:
-                raise ValueError("no pair of results trees: name them (FIRST SECOND ...) or --pairs-from")
             text = json.dumps(spread_list(pairs, args.mode, args.protocol), indent=1) + "\n"
-        elif args.cmd == "slice":
-            df = pd.read_csv(args.scores)
-            text = slice_report(df, load_task_list(args.tasks), args.tol, args.title or Path(args.tasks).stem)
         else:
             rr = run_to_run(args.first, args.second, args.mode, args.protocol)
             text = render_run_to_run(rr, args.first, args.second, args.targets)
     except (OSError, ValueError, KeyError) as err:
-        print(f"compare: {err}", file=sys.stderr)
+        print(f"spread: {err}", file=sys.stderr)
         return 2
     _write(text, args.out)
     return 0

@@ -1,10 +1,10 @@
 """Per-stage wall time of a run, from the provenance recorded in every result file.
 
-``l1bench stagetimes results/h100`` prints, per stage (build, check,
+``python -m l1lab stagetimes results/h100`` prints, per stage (build, check,
 each time mode): results, jobs that ran a worker, summed job wall time, summed time holding the GPU lock (the
 exclusive GPU cost), summed torch.compile warm-up, and the span from the first start to
 the last finish, and how many paper-protocol timed calls a host-side stall stretched
-(l1bench.stalls). ``--since``/``--until`` restrict it to one call of a chunked run.
+(l1bench.stalls). ``--since``/``--until`` restrict it to one part of a run made in several parts.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from pathlib import Path
 from tabulate import tabulate
 
 from l1bench import hostclock, stalls
-from l1bench.results import prepared
+from l1lab.retime import prepared
 
 
 def stage_of(res: dict) -> str:
@@ -31,15 +31,15 @@ def _when(text: str) -> datetime:
     return t if t.tzinfo else t.replace(tzinfo=timezone.utc)
 
 
-#: Key :func:`results` adds to a result that ``l1bench retime prepare`` copied into the tree
+#: Key :func:`results` adds to a result that ``l1lab retime prepare`` copied into the tree
 #: (made by an earlier run: :func:`collect` and :func:`report` leave it out of this run's work).
 PREPARED_KEY = "_prepared"
 
 
 def results(root, since: str | None = None, until: str | None = None):
     """The build/check/time results under ``root``; with ``since``/``until`` (ISO times),
-    only those whose worker started in that window (one call of a chunked run). A result that
-    ``l1bench retime prepare`` copied in (:func:`l1bench.results.prepared`) carries
+    only those whose worker started in that window (one part of a run made in several parts). A result that
+    ``l1lab retime prepare`` copied in (:func:`l1lab.retime.prepared`) carries
     :data:`PREPARED_KEY`."""
     lo_t, hi_t = (_when(since) if since else None), (_when(until) if until else None)
     copied = prepared(root)
@@ -151,8 +151,8 @@ def _fold(name: str) -> str:
     return name
 
 
-#: The compile step, under which results of session nine's profile run recorded their samples
-#: (``compile_lock_profile``; since then ``lock_profile`` has every untimed step).
+#: The compile step, under which older profiled results recorded their samples
+#: (``compile_lock_profile``; newer ones have every untimed step in ``lock_profile``).
 COMPILE_STEP = "compile (tracing and code generation unlocked)"
 
 
@@ -228,8 +228,8 @@ def overall(stats: dict) -> dict:
 def missing_time_results(rows) -> tuple[int, list[str]]:
     """(time results expected, the missing ones as ``"stage tid"``): every task with a check
     result, in every time stage the tree holds. A run stopped at its budget leaves some out,
-    and its span then covers fewer than the whole selection (session ten's slice: 244 of 246,
-    the two longest jobs among the missing)."""
+    and its span then covers fewer than the whole selection (a 41-task slice on 2026-12-04: 244 of
+    246, the two longest jobs among the missing)."""
     checked = {r["tid"] for r in rows if r["kind"] == "check" and r.get("tid")}
     have = {(stage_of(r), r["tid"]) for r in rows if r["kind"] == "time" and r.get("tid")}
     stages = sorted({s for s, _ in have})
@@ -238,7 +238,7 @@ def missing_time_results(rows) -> tuple[int, list[str]]:
 
 
 def task_workers(rows, span_s: float | None = None) -> str | None:
-    """One line on design 7's task workers (results that record ``provenance.task_worker``):
+    """One line on the task workers (results that record ``provenance.task_worker``):
     processes, the steps they served, CUDA's starts inside the lock among those steps, the
     workers that retired early and why (counted), and the waits for a task's earlier steps;
     with the run's ``span_s``, those waits as job slots: a job that waits for its task's
@@ -254,7 +254,7 @@ def task_workers(rows, span_s: float | None = None) -> str | None:
     why = Counter(re.sub(r":.*", "", w["retired_after"]) for w in ways if w.get("retired_after"))
     waited = sum(w.get("step_lock_wait_s") or 0.0 for w in ways)
     line = (
-        f"task workers (design 7): {len(pids)} processes served {len(served)} steps "
+        f"task workers: {len(pids)} processes served {len(served)} steps "
         f"({len(served) / len(pids):.1f} a process); CUDA started in the lock in {starts} of them; "
         f"waits for a task's earlier steps {waited:.0f} s in all"
     )
@@ -277,7 +277,7 @@ def later_workers(served) -> list[tuple[str, str]]:
     """(task, stage of the step that opened it) for every worker of a task after its first.
     A task gets another worker when its next step comes after the last one idled out
     (``timing.task_worker_idle_s``) or retired; each pays CUDA's start and its first kernels
-    again (session thirteen's slice: 34 later workers in 26 tasks, 19 of them opened by the strict step)."""
+    again (a 41-task slice on 2026-12-04: 34 later workers in 26 tasks, 19 of them opened by the strict step)."""
     first_steps = {}
     for r in served:
         w = r["provenance"]["task_worker"]
@@ -339,7 +339,7 @@ def _sample_time(text: str) -> float | None:
 def processes_by_memory(rows, lines, idle_s: float = 60.0, top: float = 0.05) -> dict | None:
     """What held CUDA processes while the GPU's memory was at its highest: over the GPU
     sampler's ``lines`` (one a second) in the run's span, the mean number of one-shot worker
-    processes running a check or time step, of task workers (design 7) running a step, and of
+    processes running a check or time step, of task workers running a step, and of
     task workers idle (counted live until ``idle_s`` after their last step, their idle exit:
     the config's ``timing.task_worker_idle_s``), in the ``top`` share of samples by memory
     used, and in all samples. None without samples in the span."""
@@ -567,9 +567,9 @@ def describe_stall_burst(burst: dict | None) -> str | None:
 
 
 def stalls_by_worker_step(rows) -> dict[str, list[int]]:
-    """Stalled timed calls of the ok paper time results by where the step ran under design 7:
+    """Stalled timed calls of the ok paper time results by where the step ran:
     a task worker's first step, a later one (after others of its task in the same process), or
-    a one-shot worker (designs 1-6, and design 7's compile modes): {place: [steps, timed,
+    a one-shot worker (the compile modes, and older results): {place: [steps, timed,
     stalled]}. Does a long-lived worker stall more as it serves more steps?"""
     out: dict[str, list[int]] = {}
     for res, n_timed, n_stalled in _ok_paper_counts(rows):
@@ -583,7 +583,7 @@ def stalls_by_worker_step(rows) -> dict[str, list[int]]:
 
 
 def describe_stalls_by_worker_step(by_place: dict[str, list[int]]) -> str | None:
-    """One line, only for a run with task workers (design 7)."""
+    """One line, only for a run with task workers."""
     if not by_place.keys() & {"first", "later"}:
         return None
     names = {"first": "a task worker's first step", "later": "its later steps", "one-shot": "one-shot jobs"}
@@ -715,12 +715,12 @@ def timing_cpu_of(rows) -> int | None:
     return seen.most_common(1)[0][0] if seen else None
 
 
-#: The samplers of scripts/device_run.sh, by file-name prefix (other files are not samples).
+#: The samplers of lab/device_run.sh, by file-name prefix (other files are not samples).
 SAMPLERS = {"gpu-": gpu_samples, "cpus-": per_cpu_samples, "cpu-": cpu_samples}
 
 
 def samples_summary(folder, timing_cpu: int | None = None, rows=None) -> str:
-    """One line per sampler file of ``scripts/device_run.sh`` (GPU utilisation, CPU busy, the
+    """One line per sampler file of ``lab/device_run.sh`` (GPU utilisation, CPU busy, the
     timing CPU's busy share: ``timing_cpu``, else the highest); other files in the folder
     (Snakemake logs) are left out. With the run's result ``rows``, each GPU sampler's line is
     followed by what held the GPU's memory (:func:`processes_by_memory`), from the same read."""
@@ -760,7 +760,7 @@ def allocator_peaks(rows, top: int = 3) -> str | None:
 
 
 def replay_idle_bound(rows, max_idle: int, idle_s: float = 60.0) -> dict:
-    """Design 7's task workers replayed on a run's recorded steps under another idle policy:
+    """The task workers replayed on a run's recorded steps under another idle policy:
     how many workers would have started had at most ``max_idle`` waited idle at once (0: no
     bound; ``timing.task_worker_max_idle``) with an idle exit after ``idle_s``. Each step keeps
     the start and finish it had (no feedback: fewer CUDA starts would have moved them), so the
@@ -798,7 +798,7 @@ def replay_idle_bound(rows, max_idle: int, idle_s: float = 60.0) -> dict:
 def report(root, samples=None, since=None, until=None, bullet: str = "") -> str:
     """The stage table, then the run's span and lock share, its stalled timed calls and (with
     ``samples``) one line per sampler file; ``bullet`` starts each of those lines. All of it is
-    this run's own: results ``l1bench retime prepare`` copied in are left out, except that a
+    this run's own: results ``l1lab retime prepare`` copied in are left out, except that a
     copied check still expects its time results."""
     everything = list(results(root, since, until))  # read once: every summary below is over them
     rows = [r for r in everything if not r.get(PREPARED_KEY)]
@@ -822,7 +822,7 @@ def report(root, samples=None, since=None, until=None, bullet: str = "") -> str:
     ):
         if extra:
             lines.append(extra)
-    if not (since or until):  # a window holds one call of a chunked run, not the selection
+    if not (since or until):  # a window holds one part of a run, not the selection
         lines.insert(1, describe_missing(*missing_time_results(everything)))
     workers = task_workers(rows, o["span_s"])
     if workers:
@@ -856,7 +856,7 @@ def main(argv: list[str]) -> None:
     ap.add_argument("--title", default="", help="the page's title (with --page)")
     ap.add_argument("--about", default="", help="the page's paragraph under the title (with --page)")
     ap.add_argument("--idle-bounds", nargs="+", type=int, metavar="N",
-                    help="design 7: the task workers that would have started with at most N idle at once")
+                    help="the task workers that would have started with at most N idle at once")
     ap.add_argument("--idle-s", type=float, default=60.0, help="with --idle-bounds: the idle exit (s)")
     args = ap.parse_args(argv)
     if args.idle_bounds:

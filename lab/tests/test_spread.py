@@ -1,62 +1,10 @@
-"""Slice and run-to-run reports (l1bench.compare): pure functions on small tables."""
+"""Run-to-run spread pages and spread lists (l1lab.spread): pure functions on small trees."""
 
 import json
 
-import pandas as pd
 import pytest
 
-from l1bench import compare
-
-
-def _row(tid, mode, status="ok", measured=None, published=None, protocol="paper", flags=""):
-    return {
-        "tid": tid,
-        "mode": mode,
-        "protocol": protocol,
-        "status": status,
-        "measured": measured,
-        "published": published,
-        "flags": flags,
-        "check_status": "pass" if status == "ok" else status,
-    }
-
-
-def test_tid_of_accepts_both_spellings_and_rejects_others():
-    assert compare.tid_of("1/9") == "L1_T009"
-    assert compare.tid_of("L3_T044") == "L3_T044"
-    with pytest.raises(ValueError, match="expected LEVEL/NUMBER"):
-        compare.tid_of("nine")
-
-
-def test_agreement_counts_only_tasks_with_both_scores():
-    df = pd.DataFrame(
-        [
-            _row("L1_T001", "default", measured=1.1, published=1.0),  # within 15 %
-            _row("L1_T002", "default", measured=2.0, published=1.0),  # outside
-            _row("L1_T003", "default", measured=1.0, published=None),  # no published score
-            _row("L1_T004", "default", status="incorrect", published=3.0),
-        ]
-    )
-    ag = compare.agreement(df, tol=0.15).iloc[0]
-    assert (ag.compared, ag.within) == (2, 1)
-    assert ag.share == pytest.approx(0.5)
-    assert ag.median_ratio == pytest.approx(1.55)
-
-
-def test_slice_report_shows_status_scores_flags_and_missing_tasks():
-    df = pd.DataFrame(
-        [
-            _row("L1_T001", "default", measured=2.0, published=1.5, flags="SAME_STORAGE;DEGENERATE_TASK"),
-            _row("L1_T001", "default", measured=1.9, published=1.5, protocol="strict", flags="DEGENERATE_TASK"),
-            _row("L1_T009", "default", status="lazy", published=25.0),
-        ]
-    )
-    text = compare.slice_report(df, ["L1_T001", "L1_T009", "L2_T005"], title="t")
-    line = next(x for x in text.splitlines() if x.startswith("| L1_T001"))
-    assert "2.00 (1.50)" in line and "1.90 (1.50)" in line
-    assert line.count("DEGENERATE_TASK") == 1 and "SAME_STORAGE" in line
-    assert "| L1_T009 | lazy" in text
-    assert "No result at all for: L2_T005" in text
+from l1lab import spread
 
 
 def _write_time(root, tid, score, trials=7, status="ok", **extra):
@@ -75,12 +23,12 @@ def test_run_to_run_reports_median_max_and_separates_early_stops(tmp_path):
     _write_time(a, "L1_T003", 0.25, trials=1)  # stopped early in the first run
     _write_time(b, "L1_T003", 2.25)  # 800 %
     _write_time(a, "L1_T004", 1.0)  # only in one folder: not compared
-    rr = compare.run_to_run(a, b)
+    rr = spread.run_to_run(a, b)
     assert rr["n"] == 3
     assert rr["median"] == pytest.approx(0.1)
     assert rr["max"] == pytest.approx(8.0)
     assert (rr["n_full"], rr["max_full"]) == (2, pytest.approx(0.1))
-    text = compare.render_run_to_run(rr, "a", "b")
+    text = spread.render_run_to_run(rr, "a", "b")
     assert text.index("L1_T003") < text.index("L1_T001")  # largest difference first
     assert rr["within"] == 2 and "within ±15 %: **2 of 3**" in text
 
@@ -92,12 +40,12 @@ def test_run_to_run_without_stalled_pairs(tmp_path):
     stalled = [0.015, 8.2, 0.015, 0.015, 0.015]
     _write_time(a, "L1_T001", 0.04, trials=1, ref_ms=[fast], custom_ms=[stalled])
     _write_time(b, "L1_T001", 2.0, ref_ms=[fast] * 7, custom_ms=[custom] * 7)
-    rr = compare.run_to_run(a, b)
+    rr = spread.run_to_run(a, b)
     row = rr["rows"][0]
     assert row["stalled_calls"] == 1 and row["rel_diff"] == pytest.approx(49.0)
     assert row["rel_diff_without_stalls"] == pytest.approx(0.0, abs=1e-9)
     assert rr["max_without_stalls"] == pytest.approx(0.0, abs=1e-9)
-    assert "without the timed pairs holding a call stalled" in compare.render_run_to_run(rr, "a", "b")
+    assert "without the timed pairs holding a call stalled" in spread.render_run_to_run(rr, "a", "b")
     # 1 of the first run's 10 timed calls stalled (100 per 1000), none of the second's 70
     assert rr["stalled_per_1000"] == [pytest.approx(100.0), 0.0]
 
@@ -112,12 +60,12 @@ def test_call_times_of_two_runs_apart_from_their_scores(tmp_path):
                 custom_ms=[[0.45] + [0.11] * 4] * 3)
     _write_time(a, "L1_T002", 1.0, ref_ms=[[0.2]], custom_ms=[[0.2]])  # no steady state: left out
     _write_time(b, "L1_T002", 1.0, ref_ms=[[0.2]], custom_ms=[[0.2]])
-    rr = compare.run_to_run(a, b)
+    rr = spread.run_to_run(a, b)
     ct = rr["call_times"]
     assert rr["median"] == 0 and ct["ref_steady"]["n"] == 1
     assert ct["ref_first"]["median"] == pytest.approx(1.1) and ct["ref_steady"]["median"] == pytest.approx(1.1)
     assert ct["custom_first"]["median"] == pytest.approx(1.5) and ct["custom_steady"]["median"] == pytest.approx(1.1)
-    assert "custom 1.500× first call, 1.100× the others" in compare.render_run_to_run(rr, "a", "b")
+    assert "custom 1.500× first call, 1.100× the others" in spread.render_run_to_run(rr, "a", "b")
 
 
 def test_the_spread_apart_for_gpu_bound_and_host_bound_tasks(tmp_path, capsys):
@@ -138,14 +86,14 @@ def test_the_spread_apart_for_gpu_bound_and_host_bound_tasks(tmp_path, capsys):
     _write_time(b, "L1_T002", 13.0, **calls, **ht(95, probe=15.0))
     _write_time(a, "L1_T003", 10.0, **calls)  # no launches recorded: unknown
     _write_time(b, "L1_T003", 10.5, **calls)
-    rr = compare.run_to_run(a, b)
+    rr = spread.run_to_run(a, b)
     rows = {r["tid"]: r for r in rr["rows"]}
     assert [rows[t]["host_bound"] for t in ("L1_T001", "L1_T002", "L1_T003")] == [[], ["custom"], None]
     assert rr["bound"]["unknown"] == 1
     assert rr["bound"]["gpu"] == {"n": 1, "median": pytest.approx(0.01), "max": pytest.approx(0.01), "within": 1}
     assert rr["bound"]["host"] == {"n": 1, "median": pytest.approx(0.3), "max": pytest.approx(0.3), "within": 0}
     assert rr["probe_ratio"] == {"n": 2, "median": pytest.approx((0.85 + 0.75) / 2)}
-    text = compare.render_run_to_run(rr, "a", "b", with_targets=True)
+    text = spread.render_run_to_run(rr, "a", "b", with_targets=True)
     assert ("GPU-bound on both sides 1: median 1.0 %, max 1.0 %, 1 within ±15 %; host-bound 1: median 30.0 %, "
             "max 30.0 %, 0 within ±15 %; 1 whose results do not record their launches") in text
     assert "targets over the GPU-bound tasks only: median ≤ 5 %: met (1.0 %); ≥ 90 % within ±15 %: met (1 of 1" in text
@@ -154,71 +102,61 @@ def test_the_spread_apart_for_gpu_bound_and_host_bound_tasks(tmp_path, capsys):
     for c in (a, b):
         (c / "time" / "paper" / "default" / "L1_T001.json").unlink()
         (c / "time" / "paper" / "default" / "L1_T002.json").unlink()
-    text = compare.render_run_to_run(compare.run_to_run(a, b), "a", "b")
+    text = spread.render_run_to_run(spread.run_to_run(a, b), "a", "b")
     assert "bounds the timed calls" not in text and "CPU probe" not in text and "Host-bound side" not in text
 
 
-def test_cli_reports_a_bad_task_file_in_one_line(tmp_path, capsys):
-    bad = tmp_path / "tasks.yaml"
-    bad.write_text("modes: [default]\n")
-    csv = tmp_path / "scores.csv"
-    pd.DataFrame([_row("L1_T001", "default", measured=1.0, published=1.0)]).to_csv(csv, index=False)
-    assert compare.main(["slice", str(csv), str(bad)]) == 2
-    err = capsys.readouterr().err.strip()
-    assert err.startswith("compare:") and "no 'tasks:' list" in err and "\n" not in err
-
-
 def test_targets_of_two_runs_met_and_not(tmp_path):
-    """Issue #13's three targets, each on its own: median, share within ±15 %, stalls."""
+    """The run-to-run targets, each on its own: median, share within ±15 %, stalls."""
     rr = {"n": 20, "within": 18, "median": 0.05, "stalled_per_1000": [0.5, 0.0], "tol": 0.15}
-    assert [ok for *_, ok in compare.targets(rr)] == [True, True, True]
-    assert compare.render_targets(rr).endswith("**all met**")
-    assert [ok for *_, ok in compare.targets(rr | {"median": 0.051})] == [False, True, True]
-    assert [ok for *_, ok in compare.targets(rr | {"within": 17})] == [True, False, True]
-    assert [ok for *_, ok in compare.targets(rr | {"stalled_per_1000": [0.0, 0.51]})] == [True, True, False]
-    line = compare.render_targets(rr | {"within": 17})
+    assert [ok for *_, ok in spread.targets(rr)] == [True, True, True]
+    assert spread.render_targets(rr).endswith("**all met**")
+    assert [ok for *_, ok in spread.targets(rr | {"median": 0.051})] == [False, True, True]
+    assert [ok for *_, ok in spread.targets(rr | {"within": 17})] == [True, False, True]
+    assert [ok for *_, ok in spread.targets(rr | {"stalled_per_1000": [0.0, 0.51]})] == [True, True, False]
+    line = spread.render_targets(rr | {"within": 17})
     assert "≥ 90 % within ±15 %: NOT met (17 of 20, 85 %)" in line and line.endswith("**not all met**")
-    assert [ok for *_, ok in compare.targets({"n": 0, "within": 0, "median": None})] == [False, False, False]
+    assert [ok for *_, ok in spread.targets({"n": 0, "within": 0, "median": None})] == [False, False, False]
 
 
 def test_the_targets_line_is_opt_in(tmp_path, capsys):
     a, b = tmp_path / "a", tmp_path / "b"
     _write_time(a, "L1_T001", 1.0)
     _write_time(b, "L1_T001", 1.02)
-    assert compare.main(["repeat", str(a), str(b)]) == 0
-    assert "issue #13" not in capsys.readouterr().out
-    assert compare.main(["repeat", str(a), str(b), "--targets"]) == 0
+    assert spread.main(["repeat", str(a), str(b)]) == 0
+    assert "run-to-run targets" not in capsys.readouterr().out
+    assert spread.main(["repeat", str(a), str(b), "--targets"]) == 0
     out = capsys.readouterr().out.splitlines()
-    assert out[7].startswith("* issue #13's targets") and out[7].endswith("**all met**")
+    assert out[7].startswith("* the run-to-run targets") and out[7].endswith("**all met**")
 
 
-def test_each_run_says_its_gpu_and_design_and_targets_are_not_judged_across_gpus(tmp_path, capsys):
-    """Two trees timed on different GPU models: the page says so, and issue #13's targets
+def test_each_run_says_its_gpu_and_timing_version_and_targets_are_not_judged_across_gpus(tmp_path, capsys):
+    """Two trees timed on different GPU models: the page says so, and the run-to-run targets
     (two runs on one GPU) are not judged, however close the scores."""
     a, b, c = tmp_path / "a", tmp_path / "b", tmp_path / "c"
-    h200 = {"provenance": {"gpu": "NVIDIA H200"}, "timing_design": 4}
-    h100 = {"provenance": {"gpu": "NVIDIA H100 80GB HBM3"}, "timing_design": 7}
+    h200 = {"provenance": {"gpu": "NVIDIA H200"}, "timing_design": 4}  # the older key
+    h100 = {"provenance": {"gpu": "NVIDIA H100 80GB HBM3"}, "timing_version": 7}
     _write_time(a, "L1_T001", 1.0, **h200)
     _write_time(b, "L1_T001", 1.0, **h100)
     _write_time(c, "L1_T001", 1.0, **h200)
-    rr = compare.run_to_run(a, b)
-    assert rr["machines"] == [{"gpus": ["NVIDIA H200"], "designs": [4]},
-                              {"gpus": ["NVIDIA H100 80GB HBM3"], "designs": [7]}]
-    assert compare.same_gpu(rr) is False
-    assert [ok for *_, ok in compare.targets(rr)] == [False, False, False]
-    assert compare.main(["repeat", str(a), str(b), "--targets"]) == 0
+    rr = spread.run_to_run(a, b)
+    assert rr["machines"] == [{"gpus": ["NVIDIA H200"], "versions": [4]},
+                              {"gpus": ["NVIDIA H100 80GB HBM3"], "versions": [7]}]
+    assert spread.same_gpu(rr) is False
+    assert [ok for *_, ok in spread.targets(rr)] == [False, False, False]
+    assert spread.main(["repeat", str(a), str(b), "--targets"]) == 0
     out = capsys.readouterr().out
-    assert ("* measured on: first NVIDIA H200, timing design 4; second NVIDIA H100 80GB HBM3, timing design 7 "
+    assert ("* measured on: first NVIDIA H200, timing version 4; second NVIDIA H100 80GB HBM3, timing version 7 "
             "(**different GPUs**") in out
-    assert "targets for two runs: **not judged** (the runs timed on different GPUs)" in out
+    assert "run-to-run targets: **not judged** (the runs timed on different GPUs)" in out
     # the same GPU model: judged as before, and no warning
-    assert compare.main(["repeat", str(a), str(c), "--targets"]) == 0
+    assert spread.main(["repeat", str(a), str(c), "--targets"]) == 0
     out = capsys.readouterr().out
-    assert "first NVIDIA H200, timing design 4; second NVIDIA H200, timing design 4\n" in out
+    assert "first NVIDIA H200, timing version 4; second NVIDIA H200, timing version 4\n" in out
     assert "**all met**" in out and "different GPUs" not in out
     # results without provenance say nothing, and are judged
-    rr = compare.run_to_run(tmp_path / "x", tmp_path / "y")
-    assert compare.same_gpu(rr) is None and compare.render_machines(rr) is None
+    rr = spread.run_to_run(tmp_path / "x", tmp_path / "y")
+    assert spread.same_gpu(rr) is None and spread.render_machines(rr) is None
 
 
 def test_spreads_count_per_task_how_often_its_score_moved(tmp_path, capsys):
@@ -231,42 +169,12 @@ def test_spreads_count_per_task_how_often_its_score_moved(tmp_path, capsys):
         _write_time(trees[name], "L1_T001", s1, **gpu)
         _write_time(trees[name], "L1_T002", s2, **gpu)
     _write_time(trees["d"], "L1_T001", 1.2, provenance={"gpu": "NVIDIA H200"})
-    note = compare.spread_list([(trees["a"], trees["b"]), (trees["a"], trees["c"]), (trees["c"], trees["d"])])
+    note = spread.spread_list([(trees["a"], trees["b"]), (trees["a"], trees["c"]), (trees["c"], trees["d"])])
     assert note["tasks"] == {"L1_T001": {"pairs": 3, "over": 2, "max_rel_diff": 0.2},
                              "L1_T002": {"pairs": 3, "over": 0, "max_rel_diff": 0.01}}
     with pytest.raises(ValueError, match="different GPUs"):
-        compare.spread_list([(trees["a"], trees["x"])])
-    assert compare.main(["spreads", str(trees["a"]), str(trees["b"]), str(trees["a"])]) == 2
+        spread.spread_list([(trees["a"], trees["x"])])
+    assert spread.main(["spreads", str(trees["a"]), str(trees["b"]), str(trees["a"])]) == 2
     assert "pairs are needed" in capsys.readouterr().err
-    assert compare.main(["spreads", str(trees["a"]), str(trees["b"])]) == 0
+    assert spread.main(["spreads", str(trees["a"]), str(trees["b"])]) == 0
     assert json.loads(capsys.readouterr().out)["tasks"]["L1_T001"]["over"] == 1
-    from l1bench import aggregate as agg
-    df = pd.DataFrame([
-        {"tid": "L1_T001", "mode": "default", "protocol": "paper", "status": "ok", "flags": ""},
-        {"tid": "L1_T001", "mode": "default", "protocol": "strict", "status": "ok", "flags": ""},
-        {"tid": "L1_T001", "mode": "cudnn", "protocol": "paper", "status": "ok", "flags": ""},
-        {"tid": "L1_T002", "mode": "default", "protocol": "paper", "status": "ok", "flags": ""},
-    ])
-    assert list(agg.add_spread_flags(df, note)["flags"]) == ["RUN_SPREAD", "", "", ""]
-    assert agg.add_spread_flags(df, {}).equals(df)
-
-
-def test_the_committed_spread_note_holds_the_pairs_the_config_names():
-    """config/curation/h100/run_spread.json (the tables' RUN_SPREAD) was made from exactly the
-    pairs config/reports.yaml lists: regenerate it when they change (the command is there)."""
-    from pathlib import Path
-
-    root = Path(__file__).resolve().parents[1]
-    note = json.loads((root / "config/curation/h100/run_spread.json").read_text())
-    assert [tuple(p) for p in note["pairs"]] == compare.pairs_from(root / "config/reports.yaml")
-    assert (note["mode"], note["protocol"], note["tol"]) == ("default", "paper", 0.15)
-
-
-def test_pairs_from_names_the_file_when_it_has_none(tmp_path):
-    bad = tmp_path / "r.yaml"
-    bad.write_text("spread_reports: {}\n")
-    with pytest.raises(ValueError, match="no 'run_spread: pairs:' list"):
-        compare.pairs_from(bad)
-    bad.write_text("run_spread:\n  pairs:\n    - [a]\n")
-    with pytest.raises(ValueError, match=r"pair \['a'\] is not \[first tree, second tree\]"):
-        compare.pairs_from(bad)

@@ -1,25 +1,27 @@
 #!/usr/bin/env bash
-# One bounded call on a GPU node that starts bare (e.g. a lent cloud GPU): install the carried
+# One bounded run on a GPU node that starts bare (e.g. a lent cloud GPU): install the carried
 # wheelhouse (.whl, from scripts/build_wheelhouse.py) and the l1bench package of this working
 # tree (scripts/offline_install.sh), run the workflow for at most BUDGET_S
 # seconds, then pack results and logs into OUT_DIR/results.tgz for the trip back. Whatever
 # finished is kept: unpack results.tgz over the repository and run the same command again to
-# continue. On a node that stays up between calls, results and built extensions also stay in
+# continue. On a node that stays up between runs, results and built extensions also stay in
 # place (.devstate/), so the same command simply continues.
-#   usage: scripts/device_run.sh BUDGET_S OUT_DIR [snakemake arguments...]
-#   e.g.   scripts/device_run.sh 540 "$OUT" --config device=h100 release_dir=.release
+# Run it from the repository's root.
+#   usage: lab/device_run.sh BUDGET_S OUT_DIR [snakemake arguments...]
+#   e.g.   lab/device_run.sh 540 "$OUT" --config device=h100 release_dir=.release
 # While it runs, GPU utilisation/clocks and CPU load are sampled once a second into
 # logs/samples/, so a run's idle GPU time and CPU saturation can be read afterwards
-# (python3 -m l1bench stagetimes results/<device> --samples logs/samples). OUT_DIR/tree names
-# the results tree the call wrote.
+# (PYTHONPATH=lab python3 -m l1lab stagetimes results/<device> --samples logs/samples). OUT_DIR/tree
+# names the results tree the run wrote.
 set -uo pipefail
-budget=${1:?usage: scripts/device_run.sh BUDGET_S OUT_DIR [snakemake args...]}
-out=${2:?usage: scripts/device_run.sh BUDGET_S OUT_DIR [snakemake args...]}
+budget=${1:?usage: lab/device_run.sh BUDGET_S OUT_DIR [snakemake args...]}
+out=${2:?usage: lab/device_run.sh BUDGET_S OUT_DIR [snakemake args...]}
+lab=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 shift 2
 mkdir -p "$out" logs/samples .devstate
 export TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST:-9.0} PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,memory.used --format=csv,noheader
-# Results made by an earlier call on this node (newer than the checkout's copies win).
+# Results made by an earlier run on this node (newer than the checkout's copies win).
 [ -f .devstate/results.tgz ] && tar xzf .devstate/results.tgz --keep-newer-files 2>/dev/null
 stamp=$(date +%Y%m%dT%H%M%S)
 # The samplers stay off the GPUs' timing CPUs (the highest ones, one per GPU; the workflow
@@ -56,7 +58,7 @@ ncpu=$(nproc)
 # Compile-mode jobs at once: 3/4 of the CPUs (each spends ~15 CPU-s in code generation), and at
 # most one per 10 GiB of the smallest GPU's memory. With 12 at once the 41-task slice's GPU
 # memory peaked at 49-85 GB on an H200, and the compile-mode jobs of level-3 tasks set the
-# peaks (RUN_NOTES, session fourteen): 12 on an H200, 7 on an 80 GB H100.
+# peaks (2026-12-05): 12 on an H200, 7 on an 80 GB H100.
 compile_jobs=$((3 * ncpu / 4))
 mem_mib=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits 2>/dev/null | sort -n | head -1)
 if [[ $mem_mib =~ ^[0-9]+$ ]] && [ $((mem_mib / 10240)) -lt "$compile_jobs" ]; then
@@ -109,12 +111,12 @@ kill "$gpu_sampler" "$cpu_sampler" "$cpus_sampler" 2>/dev/null
 tar czf .devstate/results.tgz --exclude='*/build/ext' --exclude='*/tasks' results logs
 cp .devstate/results.tgz "$out/results.tgz"
 tail -5 "logs/snakemake-$stamp.log"
-# The results tree this call wrote: results_dir= and device= from the arguments, else the
+# The results tree this run wrote: results_dir= and device= from the arguments, else the
 # newest device folder under results_dir.
 res=results dev=
 for a in "$@"; do case $a in results_dir=*) res=${a#results_dir=} ;; device=*) dev=${a#device=} ;; esac; done
 tree=${dev:+$res/$dev}
 tree=${tree:-$(ls -td "$res"/*/ 2>/dev/null | head -1)}
-[ -n "$tree" ] && echo "${tree%/}" >"$out/tree"  # for the caller (scripts/repeat_runs.sh)
-[ -n "$tree" ] && python3 -m l1bench stagetimes "${tree%/}" --since "$(date -u -d "@$start" +%Y-%m-%dT%H:%M:%S)" \
+[ -n "$tree" ] && echo "${tree%/}" >"$out/tree"  # for the caller (lab/repeat_runs.sh)
+[ -n "$tree" ] && PYTHONPATH="$lab${PYTHONPATH:+:$PYTHONPATH}" python3 -m l1lab stagetimes "${tree%/}" --since "$(date -u -d "@$start" +%Y-%m-%dT%H:%M:%S)" \
     --samples logs/samples || true

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from l1bench import stagetimes
+from l1lab import stagetimes
 
 
 def _result(path, kind, started, finished, lock=0.0, mode=None):
@@ -28,7 +28,7 @@ def test_overall_span_and_lock_share(tmp_path):
     assert "time:paper:default" in stagetimes.table(stats)
 
 
-def test_a_window_keeps_one_call_of_a_chunked_run(tmp_path):
+def test_a_window_keeps_one_part_of_a_run_made_in_parts(tmp_path):
     _result(tmp_path / "check/L1_T001.json", "check", "2026-12-03T10:00:00+00:00", "2026-12-03T10:00:20+00:00", 5)
     _result(tmp_path / "check/L1_T002.json", "check", "2026-12-03T11:00:00+00:00", "2026-12-03T11:00:30+00:00", 7)
     no_worker = json.loads((tmp_path / "check/L1_T002.json").read_text())
@@ -194,7 +194,7 @@ def test_the_time_results_a_stopped_run_left_out_are_named(tmp_path):
 
 
 def test_task_workers_line_counts_processes_steps_and_retirements():
-    from l1bench.stagetimes import task_workers
+    from l1lab.stagetimes import task_workers
 
     def row(pid, step, retired=None, started_cuda=False, wait=0.0):
         tw = {"pid": pid, "started": f"t{pid}", "step": step, "step_lock_wait_s": wait}
@@ -210,7 +210,7 @@ def test_task_workers_line_counts_processes_steps_and_retirements():
         row(3, 1, started_cuda=True, wait=2.0),
     ]
     line = task_workers(rows)
-    assert line.startswith("task workers (design 7): 3 processes served 5 steps (1.7 a process)")
+    assert line.startswith("task workers: 3 processes served 5 steps (1.7 a process)")
     assert "CUDA started in the lock in 3 of them" in line and "4 s in all" in line
     assert line.endswith("retired early: 1× the step replaced 1 of torch's bindings")
     assert "(0.5 job slots held waiting, on average over the run)" in task_workers(rows, span_s=7.0)
@@ -219,7 +219,7 @@ def test_task_workers_line_counts_processes_steps_and_retirements():
 def test_task_workers_line_counts_the_tasks_that_needed_another_worker():
     """A task whose next step came after its worker's idle exit starts another one: the line
     says how many tasks, and which steps opened the later workers."""
-    from l1bench.stagetimes import task_workers
+    from l1lab.stagetimes import task_workers
 
     def row(tid, pid, step, kind="time", protocol="strict"):
         tw = {"pid": pid, "started": f"2026-12-05T05:2{pid}:00+00:00", "step": step}
@@ -231,7 +231,7 @@ def test_task_workers_line_counts_the_tasks_that_needed_another_worker():
         row("L1_T003", 4, 1, kind="check"), row("L1_T003", 5, 1, protocol="paper"), row("L1_T003", 6, 1),
     ]
     line = task_workers(rows)
-    assert line.startswith("task workers (design 7): 6 processes served 9 steps")
+    assert line.startswith("task workers: 6 processes served 9 steps")
     tail = "; 2 tasks started another worker after their first, with 2× time:strict:default, 1× time:paper:default"
     assert line.endswith(tail)
     assert "started another worker" not in task_workers(rows[3:6])
@@ -331,9 +331,9 @@ def test_a_burst_of_stalls_is_named_and_the_rest_of_the_run_rated_without_it():
     assert stagetimes.describe_stall_burst(None) is None
 
 
-def test_stalls_by_where_a_design_7_step_ran():
+def test_stalls_by_where_a_task_worker_step_ran():
     """A task worker's first step, its later ones and one-shot jobs are rated apart; without
-    task workers (designs 1-6) there is no line."""
+    task workers (older results) there is no line."""
     rows = [_timed("L1_T001", 0, 0, step=1), _timed("L1_T001", 5, 2, step=2), _timed("L1_T001", 9, 1, step=3),
             _timed("L1_T001", 12, 1), _timed("L1_T002", 14, 5, step=2, status="incorrect")]
     by = stagetimes.stalls_by_worker_step(rows)
