@@ -38,6 +38,8 @@ rule aggregate_results:
         device=DEVICE,
         ceiling=config["detectors"]["speedup_ceiling"],
         slices=list(slice_reports()),
+        tolerances=config["tolerances"],
+        paper_tolerance=[config["paper"]["atol"], config["paper"]["rtol"]],
     script:
         "../scripts/aggregate_results.py"
 

@@ -5,7 +5,7 @@ input (named):  meta (list of meta.json), check (list of check/{tid}.json),
 output (named): csv (scores.csv), summary (summary.md), per_task (per_task.md),
                 scatter (png), ratios (png), report (README.md),
                 record (what the tables were made from: l1bench.freshness)
-params:         device, ceiling, slices
+params:         device, ceiling, slices, tolerances, paper_tolerance (atol, rtol)
 """
 
 import json
@@ -35,6 +35,7 @@ def main(smk):
 
     from l1bench import aggregate as agg
     from l1bench import codescan, extensions, freshness
+    from l1bench.aggregate import tolerance
     from l1bench.io import atomic_path, atomic_write_text
 
     device = smk.params.device
@@ -60,8 +61,10 @@ def main(smk):
     out = smk.output
     with atomic_path(out.csv) as tmp:
         df.to_csv(tmp, index=False, float_format="%.6g")
-    atomic_write_text(out.summary, agg.render_summary_markdown(df))
-    atomic_write_text(out.per_task, agg.render_per_task_markdown(df))
+    tols = smk.params.get("tolerances")  # correctness pass rates at these (l1bench.aggregate.tolerance)
+    tol_summary, tol_per_task = tolerance.sections(check, smk.params.get("paper_tolerance"), tols)
+    atomic_write_text(out.summary, agg.render_summary_markdown(df) + tol_summary)
+    atomic_write_text(out.per_task, agg.render_per_task_markdown(df) + tol_per_task)
     agg.plot_measured_vs_published(df, out.scatter)
     agg.plot_ratio_hist(df, out.ratios)
 
@@ -94,7 +97,7 @@ def main(smk):
     atomic_write_text(out.report, text)
     if out.get("record"):
         inputs = [p for name in smk.input.keys() for p in _as_list(smk.input.get(name))]
-        params = {"device": device, "ceiling": smk.params.get("ceiling")}
+        params = {"device": device, "ceiling": smk.params.get("ceiling")} | tolerance.table_param(tols)
         freshness.write_record(out.record, report_dir, inputs, params)
     counts = agg.status_counts(df)
     if len(counts):

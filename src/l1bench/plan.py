@@ -30,6 +30,7 @@ from pathlib import Path
 from l1bench import fetch
 from l1bench import release as rel
 from l1bench.results import builds_extensions
+from l1bench.tolerance import table_param
 
 #: The embedded CPU release of ``device: demo``.
 DEMO_RELEASE = "config/demo"
@@ -393,7 +394,8 @@ def report_outputs(res: str, slice_names: Iterable[str]) -> list[str]:
 
 def table_params(device: str, config: Mapping) -> dict:
     """The parameters that shape the tables (besides their inputs), recorded with them."""
-    return {"device": device, "ceiling": config["detectors"]["speedup_ceiling"]}
+    tolerances = table_param(config.get("tolerances"))
+    return {"device": device, "ceiling": config["detectors"]["speedup_ceiling"]} | tolerances
 
 
 def tables_followed(

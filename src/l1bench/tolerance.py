@@ -18,6 +18,9 @@ import math
 
 from l1bench.snippet import flatten_outputs
 
+#: The tables' tolerances when config ``tolerances`` is not set (the schema's default).
+DEFAULT_TOLERANCES = (1e-2, 1e-4)
+
 
 def min_tolerance(input, other) -> float:
     """The smallest ``t`` with ``torch.allclose(input, other, atol=t, rtol=t)``; ``math.inf``
@@ -56,3 +59,11 @@ def to_json(t: float) -> float | None:
 def from_json(t) -> float:
     """Inverse of :func:`to_json`."""
     return math.inf if t is None else float(t)
+
+
+def table_param(tolerances) -> dict:
+    """The tolerances among the parameters that shape the tables (l1bench.freshness): none
+    when they are the default, so tables made before the key existed stay current."""
+    if tolerances is None or sorted(tolerances) == sorted(DEFAULT_TOLERANCES):
+        return {}
+    return {"tolerances": sorted(float(t) for t in tolerances)}
