@@ -166,12 +166,19 @@ def run_child(job: dict, job_dir: Path, timeout_s: float, python: str = sys.exec
             proc.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:
             timed_out = True
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            proc.wait()
+            _kill_group(proc)
+        except BaseException:  # interrupted (SIGINT, SIGTERM): the harness's process goes too
+            _kill_group(proc)
+            raise
     return {"returncode": proc.returncode, "timed_out": timed_out, "wall_s": round(time.time() - t0, 3)}
+
+
+def _kill_group(proc) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    proc.wait()
 
 
 def summarize_extensions(events: list[dict]) -> list[dict]:
@@ -315,9 +322,12 @@ def record_from(job: dict, events: list[dict], harness_log: list[dict], proc: di
 
 
 def run_task(task, mode: str, out_root, device: str, harness: Path, harness_sha: str, timeout_s: float,
-             cpus=None, python: str = sys.executable, child: Path = HERE / "child.py") -> dict:
+             cpus=None, python: str = sys.executable, child: Path = HERE / "child.py",
+             record_timeout: bool = True) -> dict | None:
     """Time ``task`` (a :class:`l1bench.release.Task`) in ``mode`` through the harness in a
-    fresh process and write its result atomically; returns the result."""
+    fresh process and write its result atomically; returns the result. A run killed at
+    ``timeout_s`` is a ``timeout`` result, unless ``record_timeout`` is false (the run's own
+    deadline cut it, not the task's limit): then nothing is written and None returned."""
     from l1bench.io import atomic_write_json, atomic_write_text
 
     tid = task.tid
@@ -343,6 +353,9 @@ def run_task(task, mode: str, out_root, device: str, harness: Path, harness_sha:
             "cpus": cpus,
         }
         proc = run_child(job, ldir, timeout_s, python=python, child=child)
+        if proc["timed_out"] and not record_timeout:
+            (ldir / "job.json").unlink(missing_ok=True)
+            return None
         harness_log = read_jsonl(ldir / "harness_log.jsonl")
         res = record_from(job, read_jsonl(ldir / "events.jsonl"), harness_log, proc, timeout_s)
         # the release's code is not kept in the tree: the job, and the log's copy of the code
@@ -363,6 +376,9 @@ def no_run(base: dict, status: str, reason: str) -> dict:
 
 # --------------------------------------------------------------------------- command line
 
+#: With ``--deadline``, no task starts with less than this many seconds left.
+MIN_TASK_S = 20
+
 
 def parse_args(argv):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -378,6 +394,7 @@ def parse_args(argv):
     ap.add_argument("--timeout", type=float, default=300, help="seconds per task and mode (the process is killed)")
     ap.add_argument("--cpus", help="pin the harness's process to these CPUs (e.g. 15 or 8-15)")
     ap.add_argument("--redo", action="store_true", help="run tasks whose result exists too")
+    ap.add_argument("--deadline", type=float, help="Unix time: start no task after it; a task it cuts is not recorded")
     return ap.parse_args(argv)
 
 
@@ -391,8 +408,14 @@ def cpu_list(spec: str | None):
     return out
 
 
+def _interrupted(signum, frame):
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
 def main(argv=None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
+    if argv is None:  # the command: SIGTERM stops it like SIGINT, the harness's process with it
+        signal.signal(signal.SIGTERM, _interrupted)
     modes = [m.strip() for m in args.modes.split(",") if m.strip()]
     bad = [m for m in modes if m not in SETUPS]
     if bad:
@@ -409,7 +432,18 @@ def main(argv=None) -> int:
                 print(f"{tid} {mode}: result exists, kept", flush=True)
                 continue
             t0 = time.time()
-            res = run_task(tasks[tid], mode, args.out, args.device, harness, digest, args.timeout, cpu_list(args.cpus))
+            timeout = args.timeout
+            if args.deadline is not None:
+                left = args.deadline - t0
+                if left < MIN_TASK_S:
+                    print(f"deadline: {left:.0f} s left, {tid} {mode} and what follows not started", flush=True)
+                    return 0
+                timeout = min(timeout, left)
+            res = run_task(tasks[tid], mode, args.out, args.device, harness, digest, timeout, cpu_list(args.cpus),
+                           record_timeout=timeout == args.timeout)
+            if res is None:
+                print(f"{tid} {mode}: cut by the deadline, not recorded [{time.time() - t0:.1f} s]", flush=True)
+                return 0
             score = f" {res['score']:.3f}" if res.get("score") is not None else ""
             why = f" ({res['reason'][:100]})" if res.get("reason") else ""
             print(f"{tid} {mode}: {res['status']}{score}{why} [{time.time() - t0:.1f} s]", flush=True)

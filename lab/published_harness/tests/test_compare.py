@@ -4,6 +4,7 @@ import json
 from pathlib import Path
 
 import pytest
+
 from published_harness import compare
 
 # tid: (published pass 1, pass 2, workflow pass 1, pass 2)

@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# The published harness beside the workflow on one bare GPU node, in one bounded call:
+#   lab/published_harness/gpu_run.sh OUT_DIR [N_TASKS] [BLOCK]
+# From the repository's root, with the upstream repository copied to .release/ (release file,
+# eval/eval_cuda.py) and the wheelhouse in .whl/ (scripts/build_wheelhouse.py), both gitignored
+# and carried to the node. No network: installs offline (scripts/offline_install.sh: snakemake's
+# closure and this tree's l1bench), then lab/published_harness/sidebyside.py runs the first
+# N_TASKS (default 41) of the slice (config/slices/h100_slice41.yaml, the ten tasks of issue 40
+# first) in blocks of BLOCK (default 6): per block the published harness (one process per task,
+# the file unmodified) and the workflow (default profile), then both again, into fresh trees
+# results/sbs-pub1, -wf1, -pub2, -wf2; the first harness alternates between blocks. A block
+# starts only when its estimate fits before the deadline (BUDGET_S, default 540, minus PACK_S,
+# default 30, from the start), so whatever finished is packed. Then the side-by-side page of what
+# was measured, and OUT_DIR gets 4 files: sbs.tgz (the four trees without builds or task
+# folders, the logs), SIDE_BY_SIDE.md, timeline.tsv (each segment's start, end, tasks) and
+# gpu_run.log.
+# Environment: MODES (default "default"; e.g. default,cuda_graph,cudnn), KEEP=1 (continue the
+# trees already in the working tree, e.g. unpacked from an earlier call's sbs.tgz, instead of
+# starting fresh ones), TASKS (a YAML file or ids instead of the slice), BUDGET_S, PACK_S,
+# TASK_TIMEOUT (seconds per task in the published harness, default 240), PREFIX (results/sbs).
+set -uo pipefail
+t0=$(date +%s)
+out=${1:?usage: lab/published_harness/gpu_run.sh OUT_DIR [N_TASKS] [BLOCK]}
+n=${2:-41}
+block=${3:-6}
+budget=${BUDGET_S:-540}
+pack=${PACK_S:-30}
+prefix=${PREFIX:-results/sbs}
+MODES=${MODES:-default}
+here=lab/published_harness
+mkdir -p "$out" logs/sbs
+log=logs/sbs/gpu_run.log
+trees=("$prefix-pub1" "$prefix-wf1" "$prefix-pub2" "$prefix-wf2")
+wflogs=("logs/${prefix#results/}-wf1" "logs/${prefix#results/}-wf2")
+{
+    echo "gpu_run.sh: $(date -u +%Y-%m-%dT%H:%M:%SZ), $n tasks, blocks of $block, budget $budget s"
+    nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,memory.used --format=csv,noheader
+    if [ "${KEEP:-0}" != 1 ]; then
+        rm -rf "${trees[@]}" "${wflogs[@]}"
+        rm -f logs/sbs/timeline.tsv logs/sbs/*-block*.log
+    fi
+    export TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST:-9.0} PYTHONUNBUFFERED=1
+    nvidia-smi --query-gpu=timestamp,utilization.gpu,memory.used,clocks.sm,clocks.mem,power.draw,temperature.gpu \
+        --format=csv,noheader,nounits -l 1 >logs/sbs/gpu-samples.csv 2>/dev/null &
+    sampler=$!
+    . scripts/offline_install.sh .whl || exit 1
+    echo "installed after $(($(date +%s) - t0)) s"
+    python3 $here/sidebyside.py --deadline $((t0 + budget - pack)) --n "$n" --block "$block" \
+        --prefix "$prefix" --modes "$MODES" --task-timeout "${TASK_TIMEOUT:-240}" \
+        ${TASKS:+--tasks "$TASKS"}
+    echo "blocks done after $(($(date +%s) - t0)) s"
+    kill "$sampler" 2>/dev/null
+    nvidia-smi --query-compute-apps=pid,process_name,used_memory --format=csv,noheader
+    gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
+    for mode in ${MODES//,/ }; do
+        page="$out/SIDE_BY_SIDE.md"
+        [ "$mode" = default ] || page="$out/SIDE_BY_SIDE-$mode.md"
+        python3 $here/compare.py --published "$prefix-pub1" "$prefix-pub2" --workflow "$prefix-wf1" "$prefix-wf2" \
+            --mode "$mode" --causes $here/causes.yaml --out "$page" \
+            --title "The published harness beside the workflow: $mode mode, $gpu, $(date -u +%Y-%m-%d)" ||
+            echo "compare failed for $mode (the trees are in sbs.tgz)"
+    done
+    have=()
+    for p in "${trees[@]}" "${wflogs[@]}" logs/sbs; do [ -e "$p" ] && have+=("$p"); done
+    tar czf "$out/sbs.tgz" --exclude='*/build/ext' --exclude='*/tasks' "${have[@]}"
+    cp logs/sbs/timeline.tsv "$out/" 2>/dev/null
+    echo "packed after $(($(date +%s) - t0)) s: $(du -h "$out/sbs.tgz" | cut -f1)"
+} 2>&1 | tee -a "$log"
+cp "$log" "$out/gpu_run.log"

@@ -1,0 +1,239 @@
+"""Both harnesses on one GPU in alternating blocks, two passes each, within a deadline.
+
+    python3 lab/published_harness/sidebyside.py --n 16 --block 6 --deadline $(( $(date +%s) + 480 ))
+    (lab/published_harness/gpu_run.sh calls it on a bare GPU node)
+
+The task list (``--first`` ids, then the rest of ``--tasks``, the first ``--n``) is cut into
+blocks. Each block runs four segments: the published harness (:mod:`run`, one process per
+task) and the workflow (``python -m snakemake`` on the block's time results, default profile),
+then both again, each into a tree of its own pass (``PREFIX-pub1``, ``PREFIX-wf1``,
+``PREFIX-pub2``, ``PREFIX-wf2``). Which harness goes first alternates from block to block, so
+a slow drift of the host falls on both alike. Tasks whose results are in all four trees are
+left out, so the same command continues an earlier call's trees.
+
+A block starts only when its estimated time fits before ``--deadline`` (priors from the
+published harness's ~12 s a task and the workflow's per-call start; each harness's estimate is
+scaled by what its segments took so far); a segment that starts is cut at the deadline (the
+published harness records nothing for the task it cuts; the workflow is stopped with SIGINT and
+keeps what finished). Every segment's start, end and task count go to ``LOG_DIR/timeline.tsv``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+try:
+    from . import run
+except ImportError:  # run as a script
+    import run
+
+#: The ten tasks of the first side-by-side run (issue 40), the three far apart first.
+FIRST = ("L1_T012", "L1_T019", "L2_T001", "L1_T040", "L3_T001", "L2_T012", "L3_T020", "L3_T031", "L3_T039", "L2_T040")
+
+#: Priors of the time estimate (seconds): the published harness per task and per extension
+#: built on its first pass; the workflow per call (snakemake, workers' start) and per task,
+#: and per call with extensions to build (built in parallel: one build's time).
+PRIOR = {"pub_task": 12.0, "pub_build": 40.0, "wf_call": 15.0, "wf_task": 5.0, "wf_build": 45.0}
+#: The workflow is sent SIGINT at the deadline and killed this much later.
+WF_GRACE_S = 25
+
+
+def ordered_tasks(first, listed, n: int | None) -> list[str]:
+    """The tasks of ``listed`` that are in ``first``, in ``first``'s order, then the rest of
+    ``listed``; the first ``n``."""
+    out = list(dict.fromkeys([t for t in first if t in set(listed)] + list(listed)))
+    return out[:n] if n else out
+
+
+def blocks(tids: list[str], size: int) -> list[list[str]]:
+    return [tids[i : i + size] for i in range(0, len(tids), max(1, size))]
+
+
+def trees(prefix: str) -> dict[tuple[str, int], str]:
+    """{(harness, pass): results_dir}."""
+    return {(h, p): f"{prefix}-{h}{p}" for p in (1, 2) for h in ("pub", "wf")}
+
+
+def pending(tids, prefix: str, device: str, modes) -> list[str]:
+    """The tasks some tree lacks a result of (a mode's time result)."""
+    return [t for t in tids if not all(run.result_path(root, device, m, t).exists()
+                                       for root in trees(prefix).values() for m in modes)]
+
+
+def segment_order(index: int) -> list[tuple[str, int]]:
+    """The four segments of block ``index``: the first harness alternates between blocks."""
+    first = ("pub", "wf") if index % 2 == 0 else ("wf", "pub")
+    return [(h, 1) for h in first] + [(h, 2) for h in first]
+
+
+class Estimate:
+    """Seconds a segment is expected to take: the priors, scaled per harness by measured/predicted."""
+
+    def __init__(self, prior=None):
+        self.prior = dict(PRIOR if prior is None else prior)
+        self.predicted = {"pub": 0.0, "wf": 0.0}
+        self.measured = {"pub": 0.0, "wf": 0.0}
+
+    def raw(self, harness: str, n: int, n_build: int, first_pass: bool) -> float:
+        p = self.prior
+        if harness == "pub":
+            return n * p["pub_task"] + (n_build * p["pub_build"] if first_pass else 0.0)
+        return p["wf_call"] + n * p["wf_task"] + (p["wf_build"] if n_build else 0.0)
+
+    def factor(self, harness: str) -> float:
+        if self.predicted[harness] <= 0:
+            return 1.0
+        return min(3.0, max(0.5, self.measured[harness] / self.predicted[harness]))
+
+    def seconds(self, harness: str, n: int, n_build: int, first_pass: bool) -> float:
+        return self.raw(harness, n, n_build, first_pass) * self.factor(harness)
+
+    def record(self, harness: str, n: int, n_build: int, first_pass: bool, took: float) -> None:
+        self.predicted[harness] += self.raw(harness, n, n_build, first_pass)
+        self.measured[harness] += took
+
+
+def selector(tid: str) -> str:
+    """``L1_T012`` → ``1/12`` (the workflow's ``tasks:`` entries)."""
+    level, task = tid.split("_")
+    return f"{int(level[1:])}/{int(task[1:])}"
+
+
+def run_published(block_tids, tree, args, deadline: float, log) -> None:
+    """The published harness on the block (in this process; one child process per task)."""
+    argv = ["--release", args.release, "--harness", args.harness, "--tasks", ",".join(block_tids),
+            "--modes", ",".join(args.modes), "--out", tree, "--device", args.device,
+            "--timeout", str(args.task_timeout), "--deadline", str(deadline)]
+    if args.any_harness:
+        argv.append("--any-harness")
+    log.write(f"$ run.py {' '.join(argv)}\n")
+    log.flush()
+    stdout = sys.stdout
+    try:
+        sys.stdout = log
+        run.main(argv)
+    finally:
+        sys.stdout = stdout
+
+
+def run_workflow(block_tids, all_tids, tree, args, deadline: float, log) -> int:
+    """The workflow on the block's time results (default profile); SIGINT at the deadline."""
+    targets = [f"{tree}/{args.device}/time/paper/{m}/{t}.json" for t in block_tids for m in args.modes]
+    cmd = [sys.executable, "-m", "snakemake", *targets, "--config", f"device={args.device}",
+           f"release_dir={args.release_dir}", f"results_dir={tree}",
+           "tasks=" + json.dumps([selector(t) for t in all_tids]), "modes=" + json.dumps(list(args.modes))]
+    log.write("$ " + " ".join(cmd) + "\n")
+    log.flush()
+    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        return proc.wait(timeout=max(1.0, deadline - time.time()))
+    except subprocess.TimeoutExpired:
+        log.write("sidebyside: deadline reached: SIGINT to the workflow\n")
+        log.flush()
+        os.killpg(proc.pid, signal.SIGINT)
+        try:
+            return proc.wait(timeout=WF_GRACE_S)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            return proc.wait()
+    except BaseException:
+        os.killpg(proc.pid, signal.SIGKILL)
+        raise
+
+
+def builds(tids, tasks) -> int:
+    """How many of ``tids`` compile an inline extension (the workflow's own test)."""
+    from l1bench.results import builds_extensions
+
+    return sum(1 for t in tids if tasks[t].custom_code and builds_extensions(tasks[t].custom_code))
+
+
+def drive(args, segment_runners=None, now=time.time) -> list[dict]:
+    """Run the blocks; returns the timeline (one dict per segment run or left out)."""
+    runners = segment_runners or {"pub": run_published, "wf": run_workflow}
+    tasks = run.load_tasks(args.release)
+    listed = run.task_ids(args.tasks)
+    all_tids = ordered_tasks(args.first, listed, args.n)
+    todo = pending(all_tids, args.prefix, args.device, args.modes)
+    est = Estimate()
+    log_dir = Path(args.log_dir)
+    log_dir.mkdir(parents=True, exist_ok=True)
+    timeline: list[dict] = []
+    tsv = log_dir / "timeline.tsv"
+    if not tsv.exists():
+        tsv.write_text("block\tharness\tpass\ttasks\tstart\tend\tseconds\tnote\n")
+    say(f"{len(all_tids)} tasks, {len(todo)} to run, blocks of {args.block}; "
+        f"{args.deadline - now():.0f} s to the deadline")
+    for index, blk in enumerate(blocks(todo, args.block)):
+        n_build = builds(blk, tasks)
+        need = sum(est.seconds(h, len(blk), n_build, p == 1) for h, p in segment_order(index))
+        left = args.deadline - now()
+        if need > left:
+            say(f"block {index + 1} ({', '.join(blk)}): needs ~{need:.0f} s, {left:.0f} s left: stopped here")
+            timeline.append({"block": index + 1, "note": f"not started: needs ~{need:.0f} s, {left:.0f} s left"})
+            break
+        for harness, pss in segment_order(index):
+            tree = trees(args.prefix)[(harness, pss)]
+            t0 = now()
+            with open(log_dir / f"{harness}{pss}-block{index + 1}.log", "a") as log:
+                if harness == "pub":
+                    runners["pub"](blk, tree, args, args.deadline, log)
+                else:
+                    runners["wf"](blk, all_tids, tree, args, args.deadline, log)
+            took = now() - t0
+            est.record(harness, len(blk), n_build, pss == 1, took)
+            row = {"block": index + 1, "harness": harness, "pass": pss, "tasks": ",".join(blk), "start": round(t0),
+                   "end": round(now()), "seconds": round(took, 1), "note": ""}
+            timeline.append(row)
+            with open(tsv, "a") as fh:
+                fh.write("\t".join(str(row[k]) for k in ("block", "harness", "pass", "tasks", "start", "end",
+                                                          "seconds", "note")) + "\n")
+            say(f"block {index + 1} {harness} pass {pss}: {len(blk)} tasks in {took:.0f} s")
+    return timeline
+
+
+def say(text: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] sidebyside: {text}", flush=True)
+
+
+def parse_args(argv):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--deadline", type=float, required=True, help="Unix time by which every segment has ended")
+    ap.add_argument("--n", type=int, help="only the first N tasks of the ordered list")
+    ap.add_argument("--block", type=int, default=6, help="tasks per block")
+    ap.add_argument("--tasks", default="config/slices/h100_slice41.yaml", help="YAML tasks: list, or ids")
+    ap.add_argument("--first", default=",".join(FIRST), help="ids put first where listed (comma-separated)")
+    ap.add_argument("--device", default="h100")
+    ap.add_argument("--release-dir", default=".release", help="a copy of the upstream repository (release, eval/)")
+    ap.add_argument("--release", help="default: RELEASE_DIR/optimized_cuda_code/DEVICE.json")
+    ap.add_argument("--harness", help="default: RELEASE_DIR/eval/eval_cuda.py")
+    ap.add_argument("--any-harness", action="store_true")
+    ap.add_argument("--modes", default="default", help="comma-separated modes")
+    ap.add_argument("--prefix", default="results/sbs", help="trees PREFIX-pub1, -wf1, -pub2, -wf2")
+    ap.add_argument("--task-timeout", type=float, default=240, help="seconds per task in the published harness")
+    ap.add_argument("--log-dir", default="logs/sbs")
+    args = ap.parse_args(argv)
+    args.first = [t for t in args.first.split(",") if t.strip()]
+    args.modes = [m for m in args.modes.split(",") if m.strip()]
+    args.release = args.release or f"{args.release_dir}/optimized_cuda_code/{args.device}.json"
+    args.harness = args.harness or f"{args.release_dir}/eval/eval_cuda.py"
+    return args
+
+
+def main(argv=None) -> int:
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    drive(args)
+    return 0
+
+
+if __name__ == "__main__":
+    if not __package__:
+        sys.path.append(str(Path(__file__).resolve().parents[2] / "src"))
+    sys.exit(main())

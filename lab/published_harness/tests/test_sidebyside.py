@@ -1,0 +1,92 @@
+"""The block driver: task order, alternating segments, the deadline, continuing earlier trees."""
+
+import json
+
+import pytest
+
+from published_harness import run, sidebyside
+from published_harness.tests.test_run import write_release
+
+
+def test_the_issues_tasks_come_first_then_the_rest_of_the_list():
+    listed = ["L1_T001", "L1_T012", "L2_T001", "L3_T044"]
+    assert sidebyside.ordered_tasks(["L2_T001", "L9_T009", "L1_T012"], listed, None) == [
+        "L2_T001", "L1_T012", "L1_T001", "L3_T044"]
+    assert sidebyside.ordered_tasks(["L2_T001"], listed, 2) == ["L2_T001", "L1_T001"]
+    assert sidebyside.selector("L1_T012") == "1/12"
+
+
+def test_the_first_harness_alternates_between_blocks():
+    assert sidebyside.segment_order(0) == [("pub", 1), ("wf", 1), ("pub", 2), ("wf", 2)]
+    assert sidebyside.segment_order(1) == [("wf", 1), ("pub", 1), ("wf", 2), ("pub", 2)]
+
+
+def test_the_estimate_learns_from_what_segments_took():
+    est = sidebyside.Estimate({"pub_task": 10.0, "pub_build": 30.0, "wf_call": 10.0, "wf_task": 5.0,
+                               "wf_build": 40.0})
+    assert est.seconds("pub", 3, 1, True) == 60.0 and est.seconds("pub", 3, 1, False) == 30.0
+    assert est.seconds("wf", 2, 1, True) == 60.0
+    est.record("pub", 3, 0, False, 60.0)  # twice the prior
+    assert est.seconds("pub", 3, 0, False) == 60.0 and est.seconds("wf", 2, 0, True) == 20.0
+
+
+@pytest.fixture()
+def setup(tmp_path):
+    release = write_release(tmp_path / "h100.json")
+    args = sidebyside.parse_args(["--deadline", "1000", "--tasks", "1/1,1/2,1/3,1/5", "--first", "L1_T005",
+                                  "--block", "2", "--release", str(release), "--prefix", str(tmp_path / "r" / "sbs"),
+                                  "--log-dir", str(tmp_path / "logs")])
+    clock = {"t": 0.0}
+    calls = []
+
+    def write(tree, blk):
+        for tid in blk:
+            path = run.result_path(tree, "h100", "default", tid)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(json.dumps({"status": "ok", "score": 1.0}))
+
+    def pub(blk, tree, args, deadline, log):
+        calls.append(("pub", tree.rsplit("-", 1)[1], tuple(blk)))
+        clock["t"] += 100.0 * len(blk)
+        write(tree, blk)
+
+    def wf(blk, all_tids, tree, args, deadline, log):
+        calls.append(("wf", tree.rsplit("-", 1)[1], tuple(blk)))
+        assert all_tids == ["L1_T005", "L1_T001", "L1_T002", "L1_T003"]
+        clock["t"] += 50.0
+        write(tree, blk)
+
+    return args, clock, calls, {"pub": pub, "wf": wf}
+
+
+def test_blocks_alternate_and_stop_before_one_that_does_not_fit(setup, tmp_path):
+    args, clock, calls, runners = setup
+    # one task a block; the fakes take 100 s a task (published) and 50 s a call (workflow), far
+    # above the priors: the estimate learns it (factors 3 and ~1.4 by block 4), so at t = 900
+    # block 4 asks ~130 s with 100 s left and is not started
+    args.block, args.deadline = 1, 1000
+    timeline = sidebyside.drive(args, runners, now=lambda: clock["t"])
+    assert calls[:8] == [("pub", "pub1", ("L1_T005",)), ("wf", "wf1", ("L1_T005",)), ("pub", "pub2", ("L1_T005",)),
+                         ("wf", "wf2", ("L1_T005",)), ("wf", "wf1", ("L1_T001",)), ("pub", "pub1", ("L1_T001",)),
+                         ("wf", "wf2", ("L1_T001",)), ("pub", "pub2", ("L1_T001",))]
+    assert len(calls) == 12 and clock["t"] == 900
+    assert timeline[-1] == {"block": 4, "note": timeline[-1]["note"]} and "100 s left" in timeline[-1]["note"]
+    tsv = (tmp_path / "logs" / "timeline.tsv").read_text().splitlines()
+    assert tsv[0].startswith("block\tharness\tpass") and len(tsv) == 1 + 12
+
+
+def test_a_short_deadline_starts_nothing(setup):
+    args, clock, calls, runners = setup
+    args.deadline = 100
+    timeline = sidebyside.drive(args, runners, now=lambda: clock["t"])
+    assert calls == [] and timeline[0]["note"].startswith("not started")
+
+
+def test_tasks_done_in_all_four_trees_are_left_out(setup):
+    args, clock, calls, runners = setup
+    args.deadline = 10_000
+    sidebyside.drive(args, runners, now=lambda: clock["t"])
+    assert {c[2] for c in calls} == {("L1_T005", "L1_T001"), ("L1_T002", "L1_T003")}
+    calls.clear()
+    sidebyside.drive(args, runners, now=lambda: clock["t"])
+    assert calls == []
