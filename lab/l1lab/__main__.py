@@ -11,7 +11,8 @@ TOOLS = {
     "spread": "the same tasks timed twice: per-task spread and targets (repeat); RUN_SPREAD lists (spreads)",
     "stagetimes": "per-stage wall time, exclusive GPU time and stalled timed calls of a results tree",
     "retime": "a results tree that times a task list again (prepare), and its results taken back (adopt)",
-    "take": "one results tree and its call's logs out of lab/device_run.sh's results.tgz",
+    "take": "one results tree and its run's logs out of lab/device_run.sh's results.tgz",
+    "figure": "the isolation figure of lab/evidence (driver calls delay a timed call; two runs agree)",
 }
 
 
