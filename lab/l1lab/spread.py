@@ -18,7 +18,10 @@ import statistics
 import sys
 from pathlib import Path
 
-from l1bench import hostclock, stalls
+try:  # the product's timing subpackage, or its older flat layout
+    from l1bench.timing import hostclock, stalls
+except ImportError:
+    from l1bench import hostclock, stalls
 from l1bench.aggregate.conventions import MODE_LABELS, NA
 from l1bench.aggregate.markdown import fmt as _fmt
 from l1bench.aggregate.markdown import md_table
@@ -32,6 +35,14 @@ def _num(x) -> float | None:
     except (TypeError, ValueError):
         return None
     return f if math.isfinite(f) else None
+
+
+def probe_median_us(result: dict) -> float | None:
+    """The CPU probe's median (µs) in a time result that recorded one (``host_timing.probe``,
+    older results): a fixed piece of Python work, so its ratio between two runs of a task is the
+    ratio of the two hosts' speeds as that task's process saw them."""
+    value = ((result.get("host_timing") or {}).get("probe") or {}).get("median_us")
+    return float(value) if value else None
 
 
 def _time_results(root, protocol: str, mode: str) -> dict[str, dict]:
@@ -66,7 +77,7 @@ def run_to_run(first_root, second_root, mode: str = "default", protocol: str = "
             stalled += n
             clean.append(info["score_without"] if n and info["score_without"] else score)
         bound = [hostclock.host_bound_sides(r) for r in (ra, rb)]
-        probes = [hostclock.probe_median_us(r) for r in (ra, rb)]
+        probes = [probe_median_us(r) for r in (ra, rb)]
         rows.append({"tid": tid, "first": sa, "second": sb, "rel_diff": abs(sb - sa) / sa, "early_stopped": stopped,
                      "stalled_calls": stalled, "rel_diff_without_stalls": abs(clean[1] - clean[0]) / clean[0],
                      # sides host-bound in either run; None where a run's result does not say

@@ -18,7 +18,10 @@ from pathlib import Path
 
 from tabulate import tabulate
 
-from l1bench import hostclock, stalls
+try:  # the product's timing subpackage, or its older flat layout
+    from l1bench.timing import hostclock, stalls
+except ImportError:
+    from l1bench import hostclock, stalls
 from l1lab.retime import prepared
 
 
@@ -647,8 +650,8 @@ def describe_kept_stalls(kept: dict | None) -> str | None:
 
 
 def cpu_probe(rows) -> dict | None:
-    """The CPU probe's counts over the paper results that ran it (``host_timing.probe``, opt-in
-    ``L1BENCH_HOST_PROBE``: :class:`l1bench.hostclock.CpuProbe`); None when none did."""
+    """The CPU probe's counts over the paper results that ran it (``host_timing.probe``, recorded
+    by older results that ran with ``L1BENCH_HOST_PROBE``); None when none did."""
     ran = [ht for res in _paper_time(rows) if (ht := res.get("host_timing") or {}).get("probe")]
     if not ran:
         return None
