@@ -147,7 +147,8 @@ def install_recorders(harness, torch) -> None:
             raise
         ref_ms, custom_ms = split_pairs(choices, elapsed)
         emit("trial", index=index, seed=kwargs.get("seed_num"), score=score, total_elapsed_s=total, message=message,
-             ref_ms=ref_ms, custom_ms=custom_ms, wall_s=round(time.time() - t0, 3))
+             ref_ms=ref_ms, custom_ms=custom_ms, ref_first=list(choices[: len(ref_ms)]),
+             wall_s=round(time.time() - t0, 3))
         return score, total, message
 
     harness.eval_kernel_against_ref = eval_kernel_against_ref

@@ -17,7 +17,9 @@
 # Environment: MODES (default "default"; e.g. default,cuda_graph,cudnn), KEEP=1 (continue the
 # trees already in the working tree, e.g. unpacked from an earlier call's sbs.tgz, instead of
 # starting fresh ones), TASKS (a YAML file or ids instead of the slice), BUDGET_S, PACK_S,
-# TASK_TIMEOUT (seconds per task in the published harness, default 240), PREFIX (results/sbs).
+# TASK_TIMEOUT (seconds per task in the published harness, default 240), PREFIX (results/sbs),
+# WF_CONFIG (one more --config entry for the workflow, e.g. 'paper={inputs_on_device: false}',
+# to measure a candidate cause; give such a run a PREFIX of its own).
 set -uo pipefail
 t0=$(date +%s)
 out=${1:?usage: lab/published_harness/gpu_run.sh OUT_DIR [N_TASKS] [BLOCK]}
@@ -47,7 +49,7 @@ wflogs=("logs/${prefix#results/}-wf1" "logs/${prefix#results/}-wf2")
     echo "installed after $(($(date +%s) - t0)) s"
     python3 $here/sidebyside.py --deadline $((t0 + budget - pack)) --n "$n" --block "$block" \
         --prefix "$prefix" --modes "$MODES" --task-timeout "${TASK_TIMEOUT:-240}" \
-        ${TASKS:+--tasks "$TASKS"}
+        ${TASKS:+--tasks "$TASKS"} ${WF_CONFIG:+--wf-config "$WF_CONFIG"}
     echo "blocks done after $(($(date +%s) - t0)) s"
     kill "$sampler" 2>/dev/null
     nvidia-smi --query-compute-apps=pid,process_name,used_memory --format=csv,noheader

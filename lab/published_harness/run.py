@@ -305,6 +305,8 @@ def record_from(job: dict, events: list[dict], harness_log: list[dict], proc: di
         "trial_seeds": [t.get("seed") for t in trials],
         "ref_ms": [[round(v, 5) for v in r] for r in ref_ms],
         "custom_ms": [[round(v, 5) for v in r] for r in custom_ms],
+        # per pair: whether the reference was timed first (the harness's random order)
+        "ref_first": [t.get("ref_first") or [] for t in trials],
         "ref_ms_mean": statistics.fmean(flat_ref) if flat_ref else None,
         "custom_ms_mean": statistics.fmean(flat_cus) if flat_cus else None,
         "extensions": extensions,

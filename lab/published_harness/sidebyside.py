@@ -128,7 +128,8 @@ def run_workflow(block_tids, all_tids, tree, args, deadline: float, log) -> int:
     targets = [f"{tree}/{args.device}/time/paper/{m}/{t}.json" for t in block_tids for m in args.modes]
     cmd = [sys.executable, "-m", "snakemake", *targets, "--config", f"device={args.device}",
            f"release_dir={args.release_dir}", f"results_dir={tree}",
-           "tasks=" + json.dumps([selector(t) for t in all_tids]), "modes=" + json.dumps(list(args.modes))]
+           "tasks=" + json.dumps([selector(t) for t in all_tids]), "modes=" + json.dumps(list(args.modes)),
+           *args.wf_config]
     log.write("$ " + " ".join(cmd) + "\n")
     log.flush()
     proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
@@ -219,6 +220,8 @@ def parse_args(argv):
     ap.add_argument("--prefix", default="results/sbs", help="trees PREFIX-pub1, -wf1, -pub2, -wf2")
     ap.add_argument("--task-timeout", type=float, default=240, help="seconds per task in the published harness")
     ap.add_argument("--log-dir", default="logs/sbs")
+    ap.add_argument("--wf-config", action="append", default=[], metavar="KEY=VALUE",
+                    help="more --config for the workflow, e.g. 'paper={inputs_on_device: false}' (repeatable)")
     args = ap.parse_args(argv)
     args.first = [t for t in args.first.split(",") if t.strip()]
     args.modes = [m for m in args.modes.split(",") if m.strip()]

@@ -65,6 +65,7 @@ def test_a_scored_task_keeps_its_trial_scores_and_every_pairs_times(tree):
     assert res["ref_ms"][0] == pytest.approx([1.0 + 0.01 * i for i in range(10)])
     assert res["custom_ms"][2] == pytest.approx([(1.0 + 0.01 * i) / (3.0 * 1.02) for i in range(10)], rel=1e-4)
     assert res["n_timings"] == 70 and res["params"]["outer_trials"] == 7
+    assert len(res["ref_first"][0]) == 10 and set(sum(res["ref_first"], [])) == {True, False}
 
 
 def test_each_inline_extension_is_recorded_built_or_not(tree):

@@ -90,3 +90,27 @@ def test_tasks_done_in_all_four_trees_are_left_out(setup):
     calls.clear()
     sidebyside.drive(args, runners, now=lambda: clock["t"])
     assert calls == []
+
+
+def test_the_workflow_call_names_the_blocks_targets_the_whole_list_and_extra_config(setup, monkeypatch, tmp_path):
+    args, _, _, _ = setup
+    args.wf_config = ["paper={inputs_on_device: false}"]
+    seen = {}
+
+    class Proc:
+        pid = 0
+
+        def __init__(self, cmd, **kwargs):
+            seen["cmd"] = cmd
+
+        def wait(self, timeout=None):
+            return 0
+
+    monkeypatch.setattr(sidebyside.subprocess, "Popen", Proc)
+    with open(tmp_path / "wf.log", "w") as log:
+        assert sidebyside.run_workflow(["L1_T002"], ["L1_T001", "L1_T002"], "results/sbs-wf1", args, 1e12, log) == 0
+    cmd = seen["cmd"]
+    at = cmd.index("--config")
+    assert cmd[at - 1] == "results/sbs-wf1/h100/time/paper/default/L1_T002.json"
+    assert cmd[at + 1:] == ["device=h100", "release_dir=.release", "results_dir=results/sbs-wf1",
+                            'tasks=["1/1", "1/2"]', 'modes=["default"]', "paper={inputs_on_device: false}"]
