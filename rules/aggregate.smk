@@ -44,6 +44,25 @@ rule aggregate_results:
         "../scripts/aggregate_results.py"
 
 
+# Every release tree's code measured on one GPU (l1bench.aggregate.transfer); in `all` once
+# two or more release trees exist, else on request: snakemake --cores 1 transfer_report.
+rule transfer_report:
+    input:
+        transfer_inputs(),
+    output:
+        page=TRANSFER[0],
+        figure=TRANSFER[1],
+    log:
+        f"{LOGS}/transfer_report.log",
+    conda:
+        "../envs/environment.yaml"
+    params:
+        root=config["results_dir"],
+    shell:
+        "python -m l1bench.aggregate.transfer {params.root} --out {output.page}"
+        " --figure {output.figure} 2> {log}"
+
+
 # A task selection (config slice_reports: YAML files with a tasks: list) measured next to
 # published in every mode, strict next to paper, with the flags (l1bench.aggregate.slices).
 rule slice_report:

@@ -275,7 +275,7 @@ def all_targets():
     return plan.all_targets(
         task_paths("check"),
         task_paths("time"),
-        report_outputs(),
+        report_outputs() + transfer_targets(),
         config["aggregate_only"],
     )
 
@@ -309,8 +309,37 @@ def keep_current_tables_current():
         RES, report_outputs(), TABLES_RECORD, slice_reports()
     )
     freshness.mark_current(
-        TABLES_RECORD, RES, inputs, table_params(), tables, followers
+        TABLES_RECORD,
+        RES,
+        inputs,
+        table_params(),
+        tables,
+        followers | transfer_followers(),
     )
+
+
+# The cross-release page (rule transfer_report, l1bench.aggregate.transfer).
+TRANSFER = [
+    f"{config['results_dir']}/transfer.md",
+    f"{config['results_dir']}/figures/transfer.png",
+]
+
+
+def transfer_inputs():
+    """The scores.csv of each GPU release's tree: those on disk, and this run's."""
+    trees = [f"{config['results_dir']}/{r}/scores.csv" for r in rel.GPU_DEVICES]
+    return [p for p in trees if p == f"{RES}/scores.csv" or os.path.exists(p)]
+
+
+def transfer_targets():
+    """The page, in `all` once two or more release trees exist."""
+    return TRANSFER if len(transfer_inputs()) >= 2 else []
+
+
+def transfer_followers():
+    """The page follows this device's tables when kept current, besides the other trees."""
+    others = [p for p in transfer_inputs() if p != f"{RES}/scores.csv"]
+    return {path: others for path in transfer_targets()}
 
 
 def evaluation_params(kind):
@@ -461,4 +490,3 @@ def print_failure_hint(logs):
 
 
 keep_current_tables_current()
-
