@@ -35,7 +35,7 @@ def main(smk):
 
     from l1bench import aggregate as agg
     from l1bench import codescan, extensions, freshness
-    from l1bench.aggregate import tolerance
+    from l1bench.aggregate import tolerance, transfer
     from l1bench.io import atomic_path, atomic_write_text
 
     device = smk.params.device
@@ -63,7 +63,8 @@ def main(smk):
         df.to_csv(tmp, index=False, float_format="%.6g")
     tols = smk.params.get("tolerances")  # correctness pass rates at these (l1bench.aggregate.tolerance)
     tol_summary, tol_per_task = tolerance.sections(check, smk.params.get("paper_tolerance"), tols)
-    atomic_write_text(out.summary, agg.render_summary_markdown(df) + tol_summary)
+    note = transfer.transfer_note(device, transfer.measured_gpu(df))  # published on one GPU, measured on another
+    atomic_write_text(out.summary, agg.render_summary_markdown(df, note) + tol_summary)
     atomic_write_text(out.per_task, agg.render_per_task_markdown(df) + tol_per_task)
     agg.plot_measured_vs_published(df, out.scatter)
     agg.plot_ratio_hist(df, out.ratios)
@@ -79,6 +80,7 @@ def main(smk):
     slices += sorted(p.stem for p in (report_dir / "slices").glob("*.md") if p.stem not in slices)
     rel = lambda p: agg.relpath(p, report_dir)  # noqa: E731
     prov = {"device": device, **{k: v for k, v in agg.provenance_from_df(df).items() if k != "device"}}
+    prov |= {"transfer": note} if note else {}
     text = agg.render_report(
         df,
         prov,

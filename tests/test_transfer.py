@@ -131,3 +131,18 @@ def test_main_reads_the_trees_and_writes_page_and_figure(tmp_path):
     assert fig.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     page = out.read_text()
     assert "(figures/transfer.png)" in page and "Releases not measured: h20, l40, 3090." in page
+
+
+def test_the_release_tables_say_where_published_and_where_measured():
+    """The committed h100 tree was measured on an H200: summary.md and README.md say so."""
+    from pathlib import Path
+
+    from l1bench import aggregate as agg
+
+    df = pd.read_csv(Path(__file__).parents[1] / "results" / "h100" / "scores.csv")
+    note = tr.transfer_note("h100", tr.measured_gpu(df))
+    line = "**Published on H100, measured on NVIDIA H200: a transfer, not a reproduction.**"
+    assert line in agg.render_summary_markdown(df, note)
+    assert line not in agg.render_summary_markdown(df)
+    report = agg.render_report(df, {"device": "h100", "transfer": note}, [], {})
+    assert line in report.split("## Environment")[0] and "| transfer" not in report

@@ -181,8 +181,9 @@ def _and(items: list[str]) -> str:
     return items[0] if len(items) == 1 else f"{', '.join(items[:-1])} and {items[-1]}"
 
 
-def render_summary_markdown(df) -> str:
-    """Per protocol and mode: published next to measured, per level and overall."""
+def render_summary_markdown(df, note: str | None = None) -> str:
+    """Per protocol and mode: published next to measured, per level and overall. ``note``: a
+    sentence under the first paragraph (where the release was published and measured)."""
     lines = ["# Summary: measured vs published speedups", ""]
     if df.empty:
         return "\n".join(lines + ["No results.", ""])
@@ -193,6 +194,7 @@ def render_summary_markdown(df) -> str:
         f"*Published* = the release's score; *measured* = this run. Success = tasks with a score; "
         f"Speedup = tasks above {SPEEDUP_THRESHOLD}×. Percentiles use linear interpolation.",
         "",
+        *([f"**{note[0].upper()}{note[1:]}.**", ""] if note else []),
         "## Task counts",
         "",
         "*Failed* = ran but did not produce a valid score (compile/load/runtime error, incorrect output, "

@@ -132,6 +132,7 @@ def render_report(df, provenance: dict, figures: list, tables: dict) -> str:
     prov = dict(provenance or {})
     device = prov.get("device") or (_most_common(df["device"]) if len(df) else None) or "unknown device"
     generated = prov.pop("generated", None) or datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    transfer = prov.pop("transfer", None)  # where published and where measured, when they differ
     lines = [f"# CUDA-L1 re-measurement: {device}", ""]
     n_tasks = df["tid"].nunique() if len(df) else 0
     modes = ", ".join(_mode_label(m) for m in _modes(df)) if len(df) else "none"
@@ -141,6 +142,7 @@ def render_report(df, provenance: dict, figures: list, tables: dict) -> str:
         f"reference programs: {n_tasks} tasks, modes {modes}, timing protocol(s) {protocols}. "
         "Each measured speedup (reference time / CUDA-L1 time) is compared with the published one.",
         "",
+        *([f"**{transfer[0].upper()}{transfer[1:]}.**", ""] if transfer else []),
         "## Environment",
         "",
     ]
