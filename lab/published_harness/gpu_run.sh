@@ -19,7 +19,8 @@
 # starting fresh ones), TASKS (a YAML file or ids instead of the slice), BUDGET_S, PACK_S,
 # TASK_TIMEOUT (seconds per task in the published harness, default 240), PREFIX (results/sbs),
 # WF_CONFIG (one more --config entry for the workflow, e.g. 'paper={inputs_on_device: false}',
-# to measure a candidate cause; give such a run a PREFIX of its own).
+# to measure a candidate cause; give such a run a PREFIX of its own), PUB_CPUS (pin the published
+# harness's processes, e.g. to the CPU the workflow times on: the highest one).
 set -uo pipefail
 t0=$(date +%s)
 out=${1:?usage: lab/published_harness/gpu_run.sh OUT_DIR [N_TASKS] [BLOCK]}
@@ -45,11 +46,12 @@ wflogs=("logs/${prefix#results/}-wf1" "logs/${prefix#results/}-wf2")
     nvidia-smi --query-gpu=timestamp,utilization.gpu,memory.used,clocks.sm,clocks.mem,power.draw,temperature.gpu \
         --format=csv,noheader,nounits -l 1 >logs/sbs/gpu-samples.csv 2>/dev/null &
     sampler=$!
-    . scripts/offline_install.sh .whl || exit 1
+    . scripts/offline_install.sh .whl || { kill "$sampler"; exit 1; }
     echo "installed after $(($(date +%s) - t0)) s"
     python3 $here/sidebyside.py --deadline $((t0 + budget - pack)) --n "$n" --block "$block" \
         --prefix "$prefix" --modes "$MODES" --task-timeout "${TASK_TIMEOUT:-240}" \
-        ${TASKS:+--tasks "$TASKS"} ${WF_CONFIG:+--wf-config "$WF_CONFIG"}
+        ${TASKS:+--tasks "$TASKS"} ${WF_CONFIG:+--wf-config "$WF_CONFIG"} \
+        ${PUB_CPUS:+--pub-cpus "$PUB_CPUS"}
     echo "blocks done after $(($(date +%s) - t0)) s"
     kill "$sampler" 2>/dev/null
     nvidia-smi --query-compute-apps=pid,process_name,used_memory --format=csv,noheader

@@ -113,6 +113,8 @@ def run_published(block_tids, tree, args, deadline: float, log) -> None:
             "--timeout", str(args.task_timeout), "--deadline", str(deadline)]
     if args.any_harness:
         argv.append("--any-harness")
+    if args.pub_cpus:
+        argv += ["--cpus", args.pub_cpus]
     log.write(f"$ run.py {' '.join(argv)}\n")
     log.flush()
     stdout = sys.stdout
@@ -220,6 +222,7 @@ def parse_args(argv):
     ap.add_argument("--prefix", default="results/sbs", help="trees PREFIX-pub1, -wf1, -pub2, -wf2")
     ap.add_argument("--task-timeout", type=float, default=240, help="seconds per task in the published harness")
     ap.add_argument("--log-dir", default="logs/sbs")
+    ap.add_argument("--pub-cpus", help="pin the published harness's processes to these CPUs (run.py --cpus)")
     ap.add_argument("--wf-config", action="append", default=[], metavar="KEY=VALUE",
                     help="more --config for the workflow, e.g. 'paper={inputs_on_device: false}' (repeatable)")
     args = ap.parse_args(argv)
