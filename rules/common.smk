@@ -21,7 +21,6 @@ try:
         attempts,
         fetch,
         freshness,
-        hostclock,
         lifeline,
         plan,
         preflight,
@@ -45,18 +44,13 @@ def stop(line):
 
 def validate_config():
     """Command-line values typed by the schema (l1bench.cliconfig), then schema validation
-    (fills defaults): a bad value stops with one line naming the key (preflight.config_error),
-    and so do timing designs that exclude each other (plan.check_timing)."""
+    (fills defaults): a bad value stops with one line naming the key (preflight.config_error)."""
     schema = Path(workflow.basedir) / "config/schemas/config.schema.yaml"
     plan.normalise_cli_values(config, schema)
     try:
         validate(config, schema=str(schema))
     except WorkflowError as err:
         stop(preflight.config_error(config, schema) or str(err).strip().splitlines()[0])
-    try:
-        plan.check_timing(config["timing"])
-    except plan.PlanError as err:
-        stop(str(err))
 
 
 validate_config()
@@ -89,11 +83,9 @@ check_release_dir()
 
 
 def check_environment():
-    """A bad L1BENCH_COMPILE_THREADS or L1BENCH_HOST_PROBE stops the run (one line), before
-    any job reads it."""
+    """A bad L1BENCH_COMPILE_THREADS stops the run (one line), before any job reads it."""
     try:
         compile_threads()
-        hostclock.probe_setting()
     except ValueError as err:
         stop(str(err))
 
@@ -348,15 +340,13 @@ def evaluation_params(kind):
 
 
 def time_params(wildcards):
-    """plan.evaluation_params of a time job (design 7's flag depends on its mode)."""
-    return plan.evaluation_params("time", FINGERPRINT, config, wildcards.mode)
+    """plan.evaluation_params of a time job."""
+    return plan.evaluation_params("time", FINGERPRINT, config)
 
 
 def time_priority(wildcards):
     """plan.time_priority of a time job."""
-    return plan.time_priority(
-        wildcards.protocol, wildcards.mode, wildcards.tid, config.get("timing")
-    )
+    return plan.time_priority(wildcards.protocol, wildcards.mode, wildcards.tid)
 
 
 def build_slots(wildcards):

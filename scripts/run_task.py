@@ -70,17 +70,6 @@ def make_job(smk) -> dict:
     }
     if lock_dir(smk):
         job["lock_dir"] = lock_dir(smk)
-    # the timing design: the default's flags and the params' (set otherwise than the default);
-    # check and time jobs only (builds time nothing), the task worker only for the jobs it serves
-    from l1bench.plan import job_timing
-
-    timing = job_timing(p.kind, getattr(smk.wildcards, "mode", None), p.protocol_params.get("timing"))
-    if timing.get("shared_sections"):
-        job["shared_sections"] = True  # timing design 5 (l1bench.worker.sections.shared)
-    if timing.get("cuda_start_outside_lock"):
-        job["cuda_start_outside_lock"] = True  # design 6 (sections.start_cuda_outside_lock)
-    if timing.get("task_worker"):
-        job["task_worker"] = True  # design 7: served by the task's worker (l1bench.taskworker)
     if p.kind == "build":
         job["params"] = dict(p.protocol_params["build"]) | {"seed": 42}
     if p.kind == "check":
@@ -233,37 +222,31 @@ def gpu_slots(smk) -> tuple:
 
 
 def run_job(smk, job: dict) -> dict:
-    """The job's result from a worker: its task's worker (design 7, ``job["task_worker"]``) or a
-    worker of its own; JobFailed/JobStopped as :func:`l1bench.runner.run_worker` raises them."""
+    """The job's result from a worker: its task's worker for a check or an eager-mode time job
+    (:func:`l1bench.plan.serves_task_worker`), else a worker of its own; JobFailed/JobStopped as
+    :func:`l1bench.runner.run_worker` raises them."""
     from l1bench import attempts
     from l1bench.taskworker import gpu_alone
 
-    section_timeout = getattr(smk.params, "section_timeout", None)
     home = results_root(smk) / "tmp" / "task-workers"
     if attempts.takes_every_slot(*gpu_slots(smk)):
         # a retry after running out of GPU memory beside other jobs: the idle task workers go too
         with gpu_alone(home, job.get("lock_dir")) as (held, waited):
             logging.info("this job takes every GPU slot: the run's idle task workers were asked to leave "
                          "(waited %.1f s; %d idle workers of other runs remain)", waited, held)
-            return _run_job(smk, job, home, section_timeout)
-    return _run_job(smk, job, home, section_timeout)
+            return _run_job(smk, job, home)
+    return _run_job(smk, job, home)
 
 
-def _run_job(smk, job: dict, home: Path, section_timeout) -> dict:
-    from l1bench.plan import task_worker_max_idle
+def _run_job(smk, job: dict, home: Path) -> dict:
+    from l1bench.plan import serves_task_worker
     from l1bench.runner import run_worker
     from l1bench.taskworker import run_in_task_worker
 
-    if job.get("task_worker"):
+    section_timeout = getattr(smk.params, "section_timeout", None)
+    if serves_task_worker(job["kind"], job.get("mode")):
         return run_in_task_worker(
-            job,
-            smk.params.timeout,
-            smk.log[0],
-            home,
-            worker_env(smk),
-            section_timeout=section_timeout,
-            idle_s=float((smk.config.get("timing") or {}).get("task_worker_idle_s", 60)),
-            max_idle=task_worker_max_idle(smk.config.get("timing")),
+            job, smk.params.timeout, smk.log[0], home, worker_env(smk), section_timeout=section_timeout
         )
     return run_worker(job, smk.params.timeout, smk.log[0], worker_env(smk), section_timeout=section_timeout)
 

@@ -39,12 +39,6 @@ def normalised(**cfg):
         ({"aggregate_only": True}, {"aggregate_only": True}),  # aggregate_only=True
         ({"device": 3090}, {"device": "3090"}),  # device=3090 arrives as an int
         ({"max_attempts": 2}, {"max_attempts": 2}),
-        (
-            {"timing": {"task_worker": "no", "task_worker_idle_s": "5"}},
-            {"timing": {"task_worker": False, "task_worker_idle_s": 5}},
-        ),
-        ({"timing": {"task_worker_max_idle": "3"}}, {"timing": {"task_worker_max_idle": 3}}),  # oneOf
-        ({"timing": {"task_worker_max_idle": "auto"}}, {"timing": {"task_worker_max_idle": "auto"}}),
         ({"strict": {"modes": "null"}}, {"strict": {"modes": None}}),
         ({"strict": {"modes": ["default"], "min_reps": "4"}}, {"strict": {"modes": ["default"], "min_reps": 4}}),
         ({"strict": {"modes": "cudnn"}}, {"strict": {"modes": ["cudnn"]}}),
@@ -59,6 +53,15 @@ def normalised(**cfg):
 def test_command_line_values_are_typed_by_the_schema(given, wanted):
     assert normalised(**given) == wanted
     assert config_error(wanted, SCHEMA) is None  # and then they validate
+
+
+def test_a_value_of_alternative_types_takes_the_one_it_spells():
+    schema = {"properties": {"bound": {"oneOf": [{"type": "integer", "minimum": 0},
+                                                 {"type": "string", "enum": ["auto"]}]}}}
+    for given, wanted in (("3", 3), ("auto", "auto")):
+        cfg = {"bound": given}
+        cliconfig.normalise(cfg, schema)
+        assert cfg == {"bound": wanted}
 
 
 @pytest.mark.parametrize(

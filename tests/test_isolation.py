@@ -143,98 +143,6 @@ def test_ledger_lists_stalled_calls_with_their_cause():
     assert causes == {"ref": "gpu", "custom": "preempted"}
 
 
-def test_probe_setting_is_opt_in_and_names_a_bad_value():
-    env = hostclock.PROBE_ENV
-    assert hostclock.probe_setting({}) is None and hostclock.probe_setting({env: "0"}) is None
-    assert hostclock.probe_setting({env: "1"}) == "retime" and hostclock.probe_setting({env: " record "}) == "record"
-    assert hostclock.CpuProbe.from_env({}) is None
-    assert hostclock.CpuProbe.from_env({env: "record"}).retime is False
-    assert hostclock.CpuProbe.from_env({env: "retime"}).retime is True
-    with pytest.raises(ValueError, match=f"{env}='yes': expected one of 0, 1, record, retime"):
-        hostclock.probe_setting({env: "yes"})
-
-
-def test_cpu_probe_is_slow_only_well_above_the_median_of_the_probes_before_it():
-    probe = hostclock.CpuProbe()
-    us = 1000
-    # the first probes only set the median, however slow
-    assert [probe.judge(ns) for ns in (500 * us, 8 * us, 8 * us, 8 * us, 9 * us)] == [False] * 5
-    assert probe.judge(8 * us) is False
-    assert probe.judge(20 * us) is False  # 2.5x the median: not slow
-    assert probe.judge(25 * us) is False  # 3x, but 17 us over: a timer interrupt's order, not slow
-    assert probe.judge(40 * us) is True  # 5x and 32 us over
-    summary = probe.summary()
-    assert summary == {"setting": "record", "probes": 9, "median_us": 9.0, "max_us": 500.0, "slow": 1}
-    real = hostclock.CpuProbe(retime=True)
-    assert not any(real.measure() for _ in range(3))  # the first probes cannot be slow
-    assert real.summary()["probes"] == 3 and real.summary()["setting"] == "retime"
-
-
-class FakeProbe:
-    """A CpuProbe whose probes numbered in ``slow`` (1 = before the first pair) were slow."""
-
-    def __init__(self, slow=(), retime=False):
-        self.slow, self.retime, self.n = set(slow), retime, 0
-        self.inner = hostclock.CpuProbe(retime=retime)
-
-    def measure(self):
-        self.n += 1
-        return self.n in self.slow
-
-    def summary(self):
-        return self.inner.summary()
-
-
-def probed_pairs(probe, n=4, seed=42, clock=None):
-    calls = []
-    base = lambda *x: calls.append("ref")  # noqa: E731
-    custom = lambda *x: calls.append("custom")  # noqa: E731
-    ledger = hostclock.Ledger(probe=probe)
-    ref, _ = worker.timed_pairs(base, custom, lambda: (), n, random.Random(seed), "cpu", [], ledger, 0,
-                                clock or FakeClock(), probe=probe)
-    return ref, calls, ledger
-
-
-def test_pairs_beside_a_slow_probe_are_noted_and_timed_again_only_when_asked(monkeypatch):
-    monkeypatch.delenv(worker.RETIME_ENV, raising=False)
-    # never slow: exactly the harness's calls, one probe before the pairs and one after each
-    _, _, plain_calls, _ = pairs(FakeClock())
-    probe = FakeProbe()
-    ref, calls, ledger = probed_pairs(probe)
-    assert calls == plain_calls and len(ref) == 4 and probe.n == 5
-    assert ledger.summary()["probe"]["pairs_beside_slow"] == 0
-    # probe 3 (after pair 1, before pair 2) slow, record only: noted, nothing timed again
-    ref, calls, ledger = probed_pairs(FakeProbe(slow={3}))
-    summary = ledger.summary()
-    assert calls == plain_calls and summary["retimed_pairs"] == 0
-    assert summary["probe"]["pairs_listed"] == [[0, 1], [0, 2]] and summary["probe"]["retimed"] == 0
-    # the same with retime: both pairs beside it are timed again (two pairs more)
-    ref, calls, ledger = probed_pairs(FakeProbe(slow={3}, retime=True))
-    summary = ledger.summary()
-    assert len(ref) == 4 and len(calls) == 12 and summary["retimed_pairs"] == 2
-    assert summary["probe"]["retimed"] == 2 and summary["probe"]["pairs_beside_slow"] == 2
-    # bounded as disturbed pairs are: a CPU slow throughout costs at most n extra pairs
-    ref, calls, ledger = probed_pairs(FakeProbe(slow=set(range(2, 100)), retime=True), n=3)
-    assert len(ref) == 3 and len(calls) == 12 and ledger.summary()["retimed_pairs"] == 3
-
-
-def test_a_stall_beside_a_slow_probe_is_the_cpus():
-    probe = hostclock.CpuProbe()
-    ledger = hostclock.Ledger(probe=probe)
-    for i in range(20):
-        ledger.record(delta(25, 24, 0), 0, i, "ref", 0.02)
-        ledger.record(delta(25, 24, 0), 0, i, "custom", 0.02)
-    ledger.record(delta(4130, 4120, 0), 0, 20, "ref", 4.12)  # ran throughout, launching slowly
-    ledger.record(delta(25, 24, 0), 0, 20, "custom", 0.02)
-    ledger.record(delta(4130, 4120, 0), 0, 21, "ref", 4.12)  # the same, no slow probe beside it
-    ledger.record(delta(25, 24, 0), 0, 21, "custom", 0.02)
-    ledger.mark_probe_slow(0, 20)
-    summary = ledger.summary()
-    assert summary["stall_causes"] == {"cpu_slow": 1, "host_slow": 1}
-    assert summary["probe"]["pairs_beside_slow"] == 1 and summary["probe"]["setting"] == "record"
-    assert "probe" not in hostclock.Ledger().summary()  # results without the probe keep their form
-
-
 def test_a_side_is_host_bound_when_its_launch_is_most_of_its_timed_call():
     """Shares from host_timing.launch_median_us (µs) over the median timed call (ms, every
     trial's calls); a result without launches says nothing (None), one bound by the GPU []."""
@@ -248,8 +156,6 @@ def test_a_side_is_host_bound_when_its_launch_is_most_of_its_timed_call():
     assert hostclock.host_bound_sides({**res, "host_timing": no_custom}) is None
     assert hostclock.host_bound_sides({k: v for k, v in res.items() if k != "host_timing"}) is None
     assert hostclock.host_bound_sides({**res, "ref_ms": []}) is None
-    assert hostclock.probe_median_us(res) is None
-    assert hostclock.probe_median_us({"host_timing": {"probe": {"median_us": 17.1}}}) == 17.1
 
 
 def test_releasing_the_lock_moves_threads_started_in_the_section_off_the_timing_cpu(monkeypatch, tmp_path):

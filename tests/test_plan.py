@@ -40,31 +40,6 @@ def test_command_line_values_are_typed_as_the_schema_wants():
     assert cfg == {"aggregate_only": "maybe", "device": True}
 
 
-def test_timing_flags_from_the_command_line_are_booleans():
-    for key in plan.TIMING_FLAGS:
-        cfg = {"timing": {key: "true"}}
-        plan.normalise_cli_values(cfg)
-        assert cfg["timing"][key] is True, key
-    cfg = {"timing": {"cuda_start_outside_lock": "no", "shared_sections": "1"}}
-    plan.normalise_cli_values(cfg)
-    assert cfg["timing"] == {"cuda_start_outside_lock": False, "shared_sections": True}
-
-
-def test_the_two_opt_in_timing_designs_exclude_each_other():
-    """Designs 5 and 6 are alternatives (to each other and to design 7, the default): both on
-    stops the plan with one line naming both."""
-    for timing in (None, {}, CONFIG["timing"], {"shared_sections": True, "task_worker": False},
-                   {"cuda_start_outside_lock": True, "task_worker": False}, {"task_worker": False}):
-        plan.check_timing(timing)
-    with pytest.raises(plan.PlanError) as err:
-        plan.check_timing({"shared_sections": True, "cuda_start_outside_lock": True, "task_worker": False})
-    line = str(err.value)
-    assert "\n" not in line and "shared_sections" in line and "cuda_start_outside_lock" in line
-
-
-# --------------------------------------------------------------------------- the selection
-
-
 def test_protocols_modes_and_strict_modes_of_a_config():
     assert plan.protocols("both") == ["paper", "strict"]
     assert plan.protocols("paper") == ["paper"]
@@ -333,102 +308,40 @@ def test_evaluation_params_per_stage_and_protocol():
     assert "seed" not in cfg["detectors"]  # the config is not changed
 
 
-def test_timing_flags_are_in_the_params_only_when_on():
-    """At the default (design 7 since session nineteen; design 4 before), check and time params
-    are exactly as before the flags existed (the committed results' params hashes stay); design
-    5 alone as before design 6 existed; design 6 adds its own key; builds never take them."""
+def test_check_and_time_params_hold_no_timing_key():
+    """The committed results' params hashes stay: check and time params are the release and the
+    paper protocol's (plus the detectors'), whatever the mode; builds take their own."""
     cfg = dict(CONFIG)
-    assert cfg["timing"] == {
-        "shared_sections": False, "cuda_start_outside_lock": False, "task_worker": True, "task_worker_idle_s": 60,
-        "task_worker_max_idle": "auto",
-    }
+    assert "timing" not in cfg
     paper = {"release": "sha", "paper": cfg["paper"]}
-    for kind in ("check", "time"):
-        assert plan.evaluation_params(kind, "sha", cfg) == paper
-        assert plan.evaluation_params(kind, "sha", cfg | {"timing": {}}) == paper
-        shared = plan.evaluation_params(kind, "sha", cfg | {"timing": {"shared_sections": True}})
-        assert shared == paper | {"timing": {"shared_sections": True}}
-        on = {"shared_sections": False, "cuda_start_outside_lock": True}
-        assert plan.evaluation_params(kind, "sha", cfg | {"timing": on}) == paper | {
-            "timing": {"cuda_start_outside_lock": True}
-        }
-    build = {"release": "sha", "build": cfg["build"]}
-    assert plan.evaluation_params("build", "sha", cfg | {"timing": {"cuda_start_outside_lock": True}}) == build
+    assert plan.evaluation_params("check", "sha", cfg) == paper
+    assert plan.evaluation_params("time", "sha", cfg) == paper
+    assert plan.evaluation_params("build", "sha", cfg) == {"release": "sha", "build": cfg["build"]}
 
 
-def test_the_default_design_is_one_in_plan_config_and_schema():
-    """config/config.yaml, its schema's defaults and plan.DEFAULT_TIMING name the same default
-    design: a switch of the default changes all three or fails here."""
-    schema = yaml.safe_load((ROOT / "config/schemas/config.schema.yaml").read_text())
-    props = schema["properties"]["timing"]["properties"]
-    assert {k: CONFIG["timing"][k] for k in plan.TIMING_FLAGS} == plan.DEFAULT_TIMING
-    assert {k: props[k]["default"] for k in plan.TIMING_FLAGS} == plan.DEFAULT_TIMING
+def test_the_task_worker_serves_the_checks_and_the_eager_time_jobs():
+    assert plan.serves_task_worker("check", None)
+    assert all(plan.serves_task_worker("time", m) for m in ("default", "cuda_graph", "cudnn"))
+    assert not plan.serves_task_worker("time", "torch_compile")
+    assert not plan.serves_task_worker("time", "torch_compile_reduce_overhead")
+    assert not plan.serves_task_worker("build", None)
 
 
-def test_each_modes_default_design_and_the_base_design_the_worker_names():
-    from l1bench.worker import entry
+def test_the_timing_version_and_the_oldest_version_timed_as_today():
+    from l1bench import timing
+    from l1bench.results import timing_version
 
-    assert plan.BASE_DESIGN == entry.TIMING_DESIGN == 4
-    assert [plan.default_design(m) for m in ALL_MODES] == [7, 4, 4, 7, 7]
-    assert entry.timing_design(plan.job_timing("time", "cudnn", None)) == plan.default_design("cudnn")
-    assert entry.timing_design(plan.job_timing("time", "torch_compile", None)) == plan.default_design("torch_compile")
-
-
-def test_a_switch_of_the_default_design_replans_no_committed_result():
-    """Design 7 is the default (session nineteen): a run with it keeps every committed result's
-    params (no timing key, as design 4 left them); turning it off puts ``task_worker: False``
-    in the params of the jobs it would serve, and of no other."""
-    assert plan.DEFAULT_TIMING["task_worker"] is True
-    cfg = dict(CONFIG)
-    paper = {"release": "sha", "paper": cfg["paper"]}
-    on, off = cfg | {"timing": {"task_worker": True}}, cfg | {"timing": {"task_worker": False}}
-    for kind, mode in (("check", None), ("time", "default"), ("time", "cudnn"), ("time", "torch_compile")):
-        assert plan.evaluation_params(kind, "sha", on, mode) == paper
-        assert plan.evaluation_params(kind, "sha", cfg | {"timing": {}}, mode) == paper
-    assert plan.evaluation_params("check", "sha", off) == paper | {"timing": {"task_worker": False}}
-    assert plan.evaluation_params("time", "sha", off, "cuda_graph") == paper | {"timing": {"task_worker": False}}
-    assert plan.evaluation_params("time", "sha", off, "torch_compile") == paper
-    assert plan.evaluation_params("build", "sha", off) == {"release": "sha", "build": cfg["build"]}
-
-
-def test_the_jobs_design_is_the_default_over_its_params(monkeypatch):
-    """What a job runs with: at the default (design 7) its task worker serves the check and the
-    eager time jobs without a params key, and ``task_worker: False`` in the params turns it off
-    (design 4: nothing on); the params' flags turn another on; with design 4 as the default,
-    as before session nineteen, nothing is on without a key."""
-    assert plan.job_timing("check", None, None) == {"task_worker": True}
-    assert plan.job_timing("time", "cuda_graph", {}) == {"task_worker": True}
-    assert plan.job_timing("time", "torch_compile_reduce_overhead", {}) == {}
-    assert plan.job_timing("time", "default", {"task_worker": False}) == {}
-    assert plan.job_timing("build", None, None) == {}
-    design_5 = {"shared_sections": True, "task_worker": False}
-    assert plan.job_timing("time", "cudnn", design_5) == {"shared_sections": True}
-    monkeypatch.setitem(plan.DEFAULT_TIMING, "task_worker", False)
-    assert plan.job_timing("check", None, None) == {}
-    assert plan.job_timing("time", "default", {"task_worker": True}) == {"task_worker": True}
-    assert plan.job_timing("time", "torch_compile", {"task_worker": True}) == {}
-    assert plan.job_timing("build", None, {"cuda_start_outside_lock": True}) == {}
-    assert plan.job_timing("time", "cudnn", {"shared_sections": True}) == {"shared_sections": True}
-
-
-def test_two_designs_on_say_which_one_is_on_by_default(monkeypatch):
-    with pytest.raises(plan.PlanError) as e:
-        plan.check_timing({"shared_sections": True})  # task_worker left out: on by default
-    assert str(e.value).endswith("turn on one of them (task_worker is on by default: set task_worker: false)")
-    plan.check_timing({"shared_sections": True, "task_worker": False})
-    monkeypatch.setitem(plan.DEFAULT_TIMING, "task_worker", False)
-    with pytest.raises(plan.PlanError) as e:
-        plan.check_timing({"shared_sections": True, "task_worker": True})
-    assert str(e.value).endswith("(5 and 7): turn on one of them")
+    assert timing.TIMING_VERSION == 7
+    assert [timing.current_version(m) for m in ALL_MODES] == [7, 4, 4, 7, 7]
+    assert timing_version({"timing_version": 7}) == 7 and timing_version({"timing_design": 4}) == 4
+    assert timing_version({}) is None
 
 
 def test_time_job_priorities_compile_slots_and_strict_params():
     check_priority = plan.check_priority("L1_T001")
     assert check_priority == plan.check_priority() == plan.CHECK_PRIORITY == 9
-    design_4 = {"task_worker": False}
     for mode in ALL_MODES:
-        assert plan.time_priority("strict", mode, timing=design_4) == 5
-        # design 7, the default: a served strict step follows its paper steps (below)
+        # a strict step the task worker serves follows its paper steps (below)
         assert plan.time_priority("strict", mode) == (10 if mode in plan.TASK_WORKER_MODES else 5)
         assert plan.time_priority("paper", mode) > check_priority
     assert plan.time_priority("paper", "torch_compile") == 12
@@ -550,21 +463,17 @@ def test_level_3_builds_first():
     assert plan.build_priority("L1_T001") > max(plan.time_priority("paper", m, "L3_T001") for m in ALL_MODES)
 
 
-def test_design_7_serves_a_tasks_strict_step_right_after_its_paper_steps():
-    """Under design 7 a served strict step takes the served paper steps' priority, so its task's
-    worker is still up when it runs (at 5 it came after the idle exit: session thirteen); the
-    compile modes and every step under the other designs keep their priorities."""
-    on = {"task_worker": True}
+def test_a_served_strict_step_comes_right_after_its_paper_steps():
+    """A strict step the task worker serves takes the served paper steps' priority, so its
+    task's worker is still up when it runs (at 5 it came after the worker's idle exit); the
+    compile modes keep theirs."""
     for mode in ("default", "cuda_graph", "cudnn"):
-        paper = plan.time_priority("paper", mode, "L2_T012", on)
-        assert plan.time_priority("strict", mode, "L2_T012", on) == paper == 10
-        assert plan.time_priority("strict", mode, "L2_T012", {"task_worker": False}) == 5
-        design_6 = {"cuda_start_outside_lock": True, "task_worker": False}
-        assert plan.time_priority("strict", mode, "L2_T012", design_6) == 5
+        paper = plan.time_priority("paper", mode, "L2_T012")
+        assert plan.time_priority("strict", mode, "L2_T012") == paper == 10
     for mode in ("torch_compile", "torch_compile_reduce_overhead"):
-        assert plan.time_priority("strict", mode, "L3_T015", on) == 5
-        assert plan.time_priority("paper", mode, "L3_T015", on) == 14
-    assert plan.time_priority("strict", "default", "L2_T012", on) > plan.check_priority("L2_T012")
+        assert plan.time_priority("strict", mode, "L3_T015") == 5
+        assert plan.time_priority("paper", mode, "L3_T015") == 14
+    assert plan.time_priority("strict", "default", "L2_T012") > plan.check_priority("L2_T012")
 
 
 def test_a_job_that_ran_out_of_memory_beside_others_takes_every_gpu_slot():
@@ -578,10 +487,3 @@ def test_a_job_that_ran_out_of_memory_beside_others_takes_every_gpu_slot():
     assert plan.gpu_slots([{"kind": "crash"}], 32) == 1
     assert plan.gpu_slots(shared, 32) == 32 and plan.gpu_slots(shared, SimpleNamespace(value=8)) == 8
     assert plan.gpu_slots(shared, None) == 1 and plan.gpu_slots(shared, 1) == 1
-
-
-def test_task_worker_max_idle_auto_is_minus_one():
-    assert plan.task_worker_max_idle({}) == -1 and plan.task_worker_max_idle(None) == -1
-    assert plan.task_worker_max_idle({"task_worker_max_idle": "auto"}) == -1
-    assert plan.task_worker_max_idle({"task_worker_max_idle": 0}) == 0
-    assert plan.task_worker_max_idle({"task_worker_max_idle": 8}) == 8

@@ -81,17 +81,16 @@ def test_the_task_folder_is_found_without_a_meta_input(work):
     assert run_task.make_job(smk)["task_dir"] == str(work / "results/demo/tasks/L1_T001")
 
 
-@pytest.mark.parametrize("task_worker", [True, False], ids=["design7-default", "design4"])
-def test_a_stopped_job_is_not_an_attempt(work, monkeypatch, task_worker):
+def test_a_stopped_job_is_not_an_attempt(work, monkeypatch):
     """Its Snakemake process is gone: the job ends without a result and without a ledger entry
-    (attempts count only what broke by itself), in a task worker as in a process of its own
-    (the worker, which ends with the workflow, once read as "died during the step")."""
+    (attempts count only what broke by itself); its task worker, which ends with the workflow, is
+    not read as "died during the step"."""
     import subprocess
 
     gone = subprocess.Popen([sys.executable, "-c", "pass"])
     gone.wait()
     monkeypatch.setenv(lifeline.WORKFLOW_ENV, f"{gone.pid}:0")  # no such process (any more)
-    smk = fake_smk(work, "check", "L1_T005", timing={"task_worker": task_worker})  # hangs: only the stop ends it
+    smk = fake_smk(work, "check", "L1_T005")  # hangs: only the stop ends it
     with pytest.raises(SystemExit, match="stopped"):
         run_task.main(smk)
     assert not Path(smk.output[0]).exists()
@@ -178,15 +177,16 @@ def test_a_job_that_takes_every_gpu_slot_asks_the_idle_workers_to_leave(work, mo
     """run_job: with every one of the run's several GPU slots the job runs inside gpu_alone (the
     request file exists while its worker runs, and is gone after); with one slot, or where the
     run's slots are unknown, no request is made."""
-    from l1bench import attempts, runner
+    from l1bench import attempts, taskworker
     from l1bench.worker import serve
 
     smk = fake_smk(work, "check", "L1_T005")
     alone = work / "results/demo/tmp/task-workers" / serve.ALONE_FILE
     seen = []
-    monkeypatch.setattr(runner, "run_worker", lambda *a, **k: seen.append(alone.exists()) or {"status": "pass"})
-    monkeypatch.setattr("l1bench.taskworker.ALONE_SETTLE_S", 0.0)
-    job = run_task.make_job(smk) | {"task_worker": False}
+    monkeypatch.setattr(taskworker, "run_in_task_worker",
+                        lambda *a, **k: seen.append(alone.exists()) or {"status": "pass"})
+    monkeypatch.setattr(taskworker, "ALONE_SETTLE_S", 0.0)
+    job = run_task.make_job(smk)
     for slots, run_slots, want in ((32, "32", True), (1, "32", False), (1, "1", False), (32, None, False)):
         if run_slots is None:
             monkeypatch.delenv(attempts.GPU_SLOTS_ENV, raising=False)

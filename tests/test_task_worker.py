@@ -1,8 +1,8 @@
-"""Timing design 7 (opt-in ``timing.task_worker``): one process per task serves its check and its
-eager-mode time steps, one after another, on the CPU backend. What must hold: steps share the
-process and say so; a crash, a timeout or a patch of torch costs only the step that ran (the next
-step gets a fresh worker); settings a step changed are put back; the worker ends when idle and
-with its workflow; the flag reaches only the jobs it serves."""
+"""The task worker: one process per task serves its check and its eager-mode time steps, one
+after another, on the CPU backend. What must hold: steps share the process and say so; a crash,
+a timeout or a patch of torch costs only the step that ran (the next step gets a fresh worker);
+settings a step changed are put back; the worker ends when idle and with its workflow; only the
+checks and eager-mode time jobs go to it."""
 
 import json
 import os
@@ -21,6 +21,7 @@ from helpers import script_module, wait_for
 from l1bench import lifeline, plan
 from l1bench.runner import JobFailed
 from l1bench.taskworker import gpu_alone, run_in_task_worker, worker_name
+from l1bench.timing import TIMING_VERSION
 from l1bench.worker import serve
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -56,7 +57,6 @@ def job(tasks, tmp_path, tid, kind="check", task_dir=None, **extra):
         "ext_dir": str(tmp_path / "ext" / tid),
         "params": dict(PAPER),
         "lock_dir": str(tmp_path),
-        "task_worker": True,
     }
     if kind == "check":
         j["build_result"] = str(built)
@@ -87,49 +87,32 @@ def stop(res):
 # ------------------------------------------------------------------ the jobs it serves
 
 
-def test_the_flag_reaches_only_the_jobs_it_serves():
-    import yaml
+def test_only_the_checks_and_eager_time_jobs_go_to_the_task_worker(tmp_path, monkeypatch):
+    """run_task sends a check and an eager-mode time job to its task's worker, a compile-mode
+    time job and a build to a worker of their own; no params key says which."""
+    import l1bench.runner
+    import l1bench.taskworker
 
-    cfg = yaml.safe_load((ROOT / "config/config.yaml").read_text())
-    assert cfg["timing"]["task_worker"] is True  # the default since session nineteen
-    off = cfg | {"timing": {"task_worker": False}}
-    for kind, mode in (("check", None), ("time", "default"), ("time", "torch_compile"), ("build", None)):
-        assert "timing" not in plan.evaluation_params(kind, "sha", cfg, mode)
-        served = kind == "check" or mode == "default"
-        want = {"task_worker": False} if served else None
-        assert plan.evaluation_params(kind, "sha", off, mode).get("timing") == want
-    on = cfg | {"timing": {"task_worker": True, "task_worker_idle_s": 60}}  # as the default: no key
-    assert "timing" not in plan.evaluation_params("check", "sha", on)
-    for mode in plan.TASK_WORKER_MODES:
-        assert "timing" not in plan.evaluation_params("time", "sha", on, mode)
-        assert plan.evaluation_params("time", "sha", off, mode)["timing"] == {"task_worker": False}
-    for mode in ("torch_compile", "torch_compile_reduce_overhead"):
-        assert "timing" not in plan.evaluation_params("time", "sha", off, mode)
-    assert "timing" not in plan.evaluation_params("build", "sha", off)
     run_task = script_module("run_task")
-    for conf, served in ((on, True), (off, False)):
-        for kind, mode, want in (("check", "default", True), ("time", "cudnn", True), ("time", "torch_compile", False)):
-            params = plan.evaluation_params(kind, "sha", conf, mode)
-            smk = SimpleNamespace(
-                params=SimpleNamespace(kind=kind, backend="cuda", ext_dir="e", protocol_params=params, strict=None),
-                wildcards=SimpleNamespace(tid="L1_T001", mode=mode, protocol="paper"),
-                input=SimpleNamespace(build="b.json", check="c.json"),
-                config={"results_dir": "results", "device": "h100"},
-            )
-            assert bool(run_task.make_job(smk).get("task_worker")) is (want and served), (kind, mode, served)
-
-
-def test_design_7_excludes_the_other_designs():
-    plan.check_timing({"task_worker": True, "task_worker_idle_s": 5})
-    for other in ("shared_sections", "cuda_start_outside_lock"):
-        with pytest.raises(plan.PlanError, match="alternative timing designs"):
-            plan.check_timing({"task_worker": True, other: True})
-        with pytest.raises(plan.PlanError, match="task_worker is on by default: set task_worker: false"):
-            plan.check_timing({other: True})
-        plan.check_timing({"task_worker": False, other: True})
-    cfg = {"timing": {"task_worker": "yes"}}
-    plan.normalise_cli_values(cfg)
-    assert cfg["timing"]["task_worker"] is True
+    went = []
+    monkeypatch.setattr(l1bench.taskworker, "run_in_task_worker", lambda job, *a, **k: went.append("task") or {})
+    monkeypatch.setattr(l1bench.runner, "run_worker", lambda job, *a, **k: went.append("own") or {})
+    for kind, mode, want in (("check", None, "task"), ("time", "cudnn", "task"), ("time", "default", "task"),
+                             ("time", "torch_compile", "own"), ("build", None, "own")):
+        params = plan.evaluation_params(kind, "sha", {"paper": {}, "build": {"max_jobs": 1, "cuda_arch_list": ""},
+                                                      "protocol": "paper"})
+        assert "timing" not in params
+        smk = SimpleNamespace(
+            params=SimpleNamespace(kind=kind, backend="cuda", ext_dir="e", protocol_params=params, strict=None,
+                                   timeout=60),
+            wildcards=SimpleNamespace(tid="L1_T001", mode=mode, protocol="paper"),
+            input=SimpleNamespace(build="b.json", check="c.json"),
+            config={"results_dir": str(tmp_path), "device": "h100"},
+            resources=SimpleNamespace(), log=[str(tmp_path / "log")],
+        )
+        job = {"kind": kind, "tid": "L1_T001"} | ({"mode": mode} if mode else {})
+        run_task.run_job(smk, job)
+        assert went.pop() == want, (kind, mode)
 
 
 def test_worker_names_are_per_results_folder_and_task(tmp_path):
@@ -173,7 +156,7 @@ def test_a_tasks_steps_share_one_worker(tasks, tmp_path):
         assert len({w["pid"] for w in ways}) == 1 and ways[0]["pid"] != os.getpid()
         assert [w["step"] for w in ways] == [1, 2, 3]
         assert ways[2]["earlier_steps"] == ["check", "time paper/default"]
-        assert all(r["timing_design"] == 7 for r in (check, paper, strict))
+        assert all(r["timing_version"] == TIMING_VERSION for r in (check, paper, strict))
         assert not any("retired_after" in w for w in ways)
         log = (tmp_path / "L1_T001.log").read_text()
         assert "step 3 (time strict/default)" in log  # the worker's own output is in the job's log
@@ -383,21 +366,6 @@ def test_a_step_that_leaves_a_thread_running_retires_the_worker(tasks, tmp_path)
     assert wait_for(lambda: gone(res["provenance"]["task_worker"]["pid"]), 10)
 
 
-def test_the_lock_profiler_is_not_a_thread_left_running(tasks, tmp_path):
-    """With L1BENCH_PROFILE_LOCKED=1 the worker's first step starts the sampler thread: the
-    worker's own, so it does not retire; each result holds its own step's samples."""
-    j = job(tasks, tmp_path, "L1_T001")
-    env = {"L1BENCH_PROFILE_LOCKED": "1"}
-    first = run_in_task_worker(j, 60, tmp_path / "p.log", tmp_path / "tw", env, idle_s=20)
-    second = run_in_task_worker(job(tasks, tmp_path, "L1_T001", "time"), 60, tmp_path / "p.log", tmp_path / "tw", env)
-    try:
-        w1, w2 = first["provenance"]["task_worker"], second["provenance"]["task_worker"]
-        assert w1["pid"] == w2["pid"] and "retired_after" not in w1 and "retired_after" not in w2
-        assert not set(second.get("lock_profile") or {}) & {"laziness", "correctness"}  # check steps only in the check
-    finally:
-        stop(second)
-
-
 def test_a_worker_serves_one_task_only(tasks, tmp_path):
     worker = serve.TaskWorker()
     worker.prepare({"tid": "L1_T001"})
@@ -433,7 +401,7 @@ def test_idle_tokens_bound_the_workers_waiting_per_gpu(tmp_path):
 
 
 def test_auto_idle_bound_is_the_workers_that_fit_a_fifth_of_the_gpu(tmp_path):
-    """task_worker_max_idle: auto (-1): 20 % of the GPU's memory at 850 MiB a worker (an idle
+    """The AUTO bound (-1, the job side's default): 20 % of the GPU's memory at 850 MiB a worker (an idle
     worker held 714-852 MiB on an H100), at least one; decided once the GPU is known, no bound
     on a CPU (CUDA never started)."""
     assert serve.auto_idle_bound(81559) == 19  # H100 80 GB (nvidia-smi's total)
@@ -560,19 +528,20 @@ def test_the_worker_ends_with_its_workflow(tasks, tmp_path, monkeypatch):
     assert wait_for(lambda: gone(pid), 15)
 
 
-# ------------------------------------------------------------------ the workflow with design 7
+# ------------------------------------------------------------------ the demo workflow
 
 
 @pytest.mark.slow
 def test_the_demo_workflow_with_task_workers(tmp_path):
-    """The demo's statuses are those of design 4 (test_pipeline_demo.EXPECTED_CHECK); checks and
-    eager-mode time results say design 7 and which worker served them, some of them after an
-    earlier step of their task; compile modes keep design 4; no worker outlives the run."""
+    """The demo's statuses are test_pipeline_demo.EXPECTED_CHECK; checks and eager-mode time
+    results say which worker served them, some of them after an earlier step of their task;
+    compile-mode results name no task worker; every result records the timing version; no worker
+    outlives the run."""
     from helpers import SNAKEMAKE, copy_workflow, processes_in
     from test_pipeline_demo import EXPECTED_CHECK, FAILING
 
     copy_workflow(tmp_path)
-    cmd = SNAKEMAKE + ["--cores", "2", "--retries", "0", "--config", "device=demo", "timing={task_worker: true}"]
+    cmd = SNAKEMAKE + ["--cores", "2", "--retries", "0", "--config", "device=demo"]
     proc = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=900)
     assert proc.returncode == 1, proc.stderr[-3000:]  # the demo's hanging and crashing tasks
     assert wait_for(lambda: not [p for p in processes_in(tmp_path) if "worker.serve" in p[1]], 15)
@@ -585,7 +554,7 @@ def test_the_demo_workflow_with_task_workers(tmp_path):
     for path in sorted(res.glob("time/paper/*/L1_T00[12].json")) + sorted(res.glob("check/L1_T00[12].json")):
         got = json.loads(path.read_text())
         eager = "torch_compile" not in str(path)
-        assert got["timing_design"] == (7 if eager else 4), path
+        assert got["timing_version"] == TIMING_VERSION, path
         if eager:
             steps.append(got["provenance"]["task_worker"]["step"])
         else:

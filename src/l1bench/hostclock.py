@@ -21,8 +21,6 @@ threads on the timing CPU (those would compete with the thread that launches the
 
 from __future__ import annotations
 
-import bisect
-import hashlib
 import os
 import resource
 import threading
@@ -130,87 +128,6 @@ class ThreadClock:
         self.close()
 
 
-#: Environment switch (opt-in): time a fixed CPU task on the timing thread before the first timed
-#: pair of a trial and after every pair (:class:`CpuProbe`). ``record``: note the probes and the
-#: pairs beside a slow one; ``retime``: also time such a pair again, as a disturbed one.
-PROBE_ENV = "L1BENCH_HOST_PROBE"
-PROBE_VALUES = ("record", "retime")
-#: A probe is slow at this many times the median of the probes before it ...
-PROBE_FACTOR = 3.0
-#: ... and at least this much (ns) over it (far above a timer interrupt's few microseconds) ...
-PROBE_MIN_NS = DISTURBED_NS
-#: ... once this many probes set the median.
-PROBE_WARM = 5
-
-
-def probe_setting(environ=None) -> str | None:
-    """:data:`PROBE_ENV`'s value ("record" or "retime"; "1" is "retime"), None when unset or
-    "0"; a ValueError names any other value."""
-    raw = (os.environ if environ is None else environ).get(PROBE_ENV, "").strip()
-    if raw in ("", "0"):
-        return None
-    if raw == "1":
-        return "retime"
-    if raw not in PROBE_VALUES:
-        raise ValueError(f"{PROBE_ENV}={raw!r}: expected one of 0, 1, {', '.join(PROBE_VALUES)}")
-    return raw
-
-
-class CpuProbe:
-    """Was the timing CPU itself slow around a timed pair? A code-independent witness.
-
-    The host clock (:class:`ThreadClock`) sees a timing thread kept from running (preempted,
-    steal the guest accounts). It cannot see a thread that ran throughout on a CPU that ran
-    slow: a hypervisor that does not account its steal, a busy sibling hyperthread of the host,
-    a frequency drop. Timed calls of H100 hosts stalled that way (``host_slow``: launches that
-    usually take 0.07-1 ms took 1.4-8 ms with the thread running all along), often several
-    pairs in a row.
-    The probe times the same small CPU task (SHA-256 of ``nbytes`` zero bytes: no allocation,
-    no system call, no driver) on the timing thread between pairs, outside their events; one
-    at :data:`PROBE_FACTOR` times the median of the probes so far and :data:`PROBE_MIN_NS` over
-    it says the CPU was slow then, whatever code is timed. ``retime``: pairs beside a slow probe
-    are timed again (:func:`l1bench.worker.harness.timed_pairs`).
-    """
-
-    def __init__(self, retime: bool = False, nbytes: int = 16384, timer=time.perf_counter_ns):
-        self.retime = retime
-        self._buf = bytes(nbytes)
-        self._timer = timer
-        self._sorted: list[int] = []
-        self.slow_count = 0
-
-    @classmethod
-    def from_env(cls, environ=None) -> CpuProbe | None:
-        setting = probe_setting(environ)
-        return None if setting is None else cls(retime=setting == "retime")
-
-    def measure(self) -> bool:
-        """Time the task once; True when it was slow (:meth:`judge`)."""
-        t0 = self._timer()
-        hashlib.sha256(self._buf).digest()
-        return self.judge(self._timer() - t0)
-
-    def judge(self, ns: int) -> bool:
-        """Take one probe's time: slow against the median of the probes before it?"""
-        slow = False
-        if len(self._sorted) >= PROBE_WARM:
-            median = self._sorted[len(self._sorted) // 2]
-            slow = ns >= PROBE_FACTOR * median and ns - median >= PROBE_MIN_NS
-        bisect.insort(self._sorted, ns)
-        self.slow_count += slow
-        return slow
-
-    def summary(self) -> dict:
-        n = len(self._sorted)
-        return {
-            "setting": "retime" if self.retime else "record",
-            "probes": n,
-            "median_us": round(self._sorted[n // 2] / 1000, 1) if n else None,
-            "max_us": round(self._sorted[-1] / 1000, 1) if n else None,
-            "slow": self.slow_count,
-        }
-
-
 class Ledger:
     """The timed calls of one result and what the host did to them (kept on the result).
 
@@ -218,17 +135,13 @@ class Ledger:
     (from before the start event to after the end event was enqueued: the only stretch in which
     the host can lengthen what the events measure). :meth:`summary` lists the calls that were
     disturbed or stalled (up to ``keep``), with where they fell and :meth:`Delta.as_row`, and
-    classifies each stalled call (:func:`stall_cause`). With a :class:`CpuProbe`, the pairs beside
-    a slow probe are kept too (:meth:`mark_probe_slow`): a stalled call of such a pair whose
-    launch took the time (``host_slow``, ``driver_blocked``) is ``cpu_slow``, and the summary
-    gains ``probe``.
+    classifies each stalled call (:func:`stall_cause`).
     """
 
-    def __init__(self, threshold_ns: int = DISTURBED_NS, keep: int = 40, probe: CpuProbe | None = None):
-        self.threshold_ns, self.keep, self.probe = threshold_ns, keep, probe
+    def __init__(self, threshold_ns: int = DISTURBED_NS, keep: int = 40):
+        self.threshold_ns, self.keep = threshold_ns, keep
         self.calls: list = []  # (trial, pair, side, event_ms, Delta)
         self.retimed: set = set()
-        self.probe_slow: set = set()  # (trial, pair) beside a slow probe
 
     def disturbed(self, delta: Delta | None, event_ms: float) -> bool:
         """Whether the host kept the thread from running for at least the threshold and at
@@ -244,10 +157,6 @@ class Ledger:
     def mark_retimed(self, trial: int, pair: int) -> None:
         """The pair (trial, pair) was discarded and timed again."""
         self.retimed.add((trial, pair))
-
-    def mark_probe_slow(self, trial: int, pair: int) -> None:
-        """The CPU probe just before or just after the pair (trial, pair) was slow."""
-        self.probe_slow.add((trial, pair))
 
     def summary(self) -> dict:
         from l1bench.stalls import FACTOR, MIN_EXTRA_MS, stalled
@@ -269,14 +178,12 @@ class Ledger:
             cause = ""
             if is_stall:
                 cause = stall_cause(ms - medians[side], delta, self.threshold_ns, launches[side], medians[side])
-                if cause in ("host_slow", "driver_blocked") and (trial, pair) in self.probe_slow:
-                    cause = "cpu_slow"
             if cause:
                 causes[cause] = causes.get(cause, 0) + 1
             if len(rows) < self.keep:
                 retimed = int((trial, pair) in self.retimed)
                 rows.append([trial, pair, side, round(ms, 4), retimed, cause or "-", *delta.as_row()])
-        out = {
+        return {
             "calls": len(self.calls),
             "host_known": len(known),
             "disturbed_calls": sum(self.disturbed(c[4], c[3]) for c in known),
@@ -291,13 +198,6 @@ class Ledger:
             "columns": list(ROW_COLUMNS),
             "calls_listed": rows,
         }
-        if self.probe is not None:
-            out["probe"] = self.probe.summary() | {
-                "pairs_beside_slow": len(self.probe_slow),
-                "retimed": len(self.probe_slow & self.retimed),
-                "pairs_listed": [list(tp) for tp in sorted(self.probe_slow)[: self.keep]],
-            }
-        return out
 
 
 #: Columns of :meth:`Ledger.summary`'s ``calls_listed`` rows.
@@ -320,9 +220,6 @@ def stall_cause(stretch_ms: float, launch: Delta, threshold_ns: int = DISTURBED_
       garbage collection, steal the guest does not account, a slower CPU; on launch-bound calls
       also a driver that blocked, which the usual launch time cannot tell apart there);
     * ``gpu``: launching was quick: the time was lost on the device (another context, clocks).
-
-    (:class:`Ledger` names a ``host_slow`` or ``driver_blocked`` call ``cpu_slow`` when a
-    :class:`CpuProbe` beside its pair ran slow: the CPU itself was slow.)
     """
     stretch_ns = stretch_ms * 1e6
     if (launch.wait_ns or 0) >= threshold_ns and (launch.wait_ns or 0) >= launch.lost_ns:
@@ -340,8 +237,8 @@ def stall_cause(stretch_ms: float, launch: Delta, threshold_ns: int = DISTURBED_
 #: A side of a timed call is *host-bound* when its median launch (the host's part of the call:
 #: until the call returns, ``launch_median_us``) is at least this share of its median timed
 #: call (CUDA events). Its GPU waited for the host's launches, so its time measures the CPU as
-#: much as the kernels: it moves with the host's speed between runs (session 18: a host 14 %
-#: slower by the CPU probe made launch-bound calls ~30 % slower, GPU-bound ones not at all).
+#: much as the kernels: it moves with the host's speed between runs (2026-12-05, two H100 hosts: one 14 %
+#: slower at a fixed CPU task made launch-bound calls ~30 % slower, GPU-bound ones not at all).
 HOST_BOUND_SHARE = 0.8
 SIDES = ("ref", "custom")
 
@@ -380,11 +277,3 @@ def host_bound_sides(result: dict, share: float = HOST_BOUND_SHARE) -> list[str]
 def bound_label(sides: list[str]) -> str:
     """``neither``, ``ref``, ``custom`` or ``both``, for :func:`host_bound_sides`' list."""
     return "both" if len(sides) == 2 else (sides[0] if sides else "neither")
-
-
-def probe_median_us(result: dict) -> float | None:
-    """The CPU probe's median (µs) in a time result, where it ran (``L1BENCH_HOST_PROBE``): a
-    fixed piece of Python work, so its ratio between two runs of a task is the ratio of the
-    two hosts' speeds as that task's process saw them."""
-    value = ((result.get("host_timing") or {}).get("probe") or {}).get("median_us")
-    return float(value) if value else None

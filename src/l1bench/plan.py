@@ -3,7 +3,8 @@ from the config and the task selection. Used by rules/common.smk, whose helpers 
 wrappers that pass the workflow's globals (results root, task ids, modes, protocols, config);
 everything here takes them as arguments, so it is tested without Snakemake (tests/test_plan.py).
 
-* the config: :func:`normalise_cli_values`, :func:`check_timing`
+* the config: :func:`normalise_cli_values`
+* the task worker: :func:`serves_task_worker`
 * the selection: :func:`protocols`, :func:`modes`, :func:`strict_modes`, :func:`task_index`,
   :func:`selected_tids`, :func:`no_code_tids`
 * the release: :func:`release_root`, :func:`release_inputs`, :func:`expected_sha256`,
@@ -49,33 +50,9 @@ ALL_PROTOCOLS = ("paper", "strict")
 
 _RESULT_NAME = re.compile(r"L\d+_T\d{3}\.json")
 
-#: The timing designs a config ``timing`` flag turns on, each flag's design number: alternatives
-#: to each other (design 4 is every flag off).
-TIMING_DESIGNS = {"shared_sections": 5, "cuda_start_outside_lock": 6, "task_worker": 7}
-TIMING_FLAGS = tuple(TIMING_DESIGNS)
-#: The default design's flags (config/config.yaml and its schema say the same; a test holds
-#: them together): design 7, ``task_worker`` on, since session nineteen (its runs on an H200
-#: as clean as design 4's, and the 41-task slice in 415 s on a bare H200, under the 8-minute
-#: target design 4 missed: results/h100/RUN_NOTES.md); before, all off, design 4. A job's
-#: params carry only the flags that differ from these (:func:`timing_params`), so a change of
-#: the default re-plans no committed result: a design-4 result stays until re-timed
-#: (``l1bench retime``), and the tables count the results of each design.
-DEFAULT_TIMING = {"shared_sections": False, "cuda_start_outside_lock": False, "task_worker": True}
-
-#: The time modes a task worker serves (design 7, ``timing.task_worker``): the eager ones. The
+#: The time modes a task worker serves (:mod:`l1bench.timing.taskworker`): the eager ones. The
 #: torch.compile modes keep a process per job: dynamo's and inductor's caches would carry over.
 TASK_WORKER_MODES = ("default", "cuda_graph", "cudnn")
-#: The design with every flag off (``l1bench.worker.entry.TIMING_DESIGN``; a test holds them
-#: together).
-BASE_DESIGN = 4
-
-
-def default_design(mode: str) -> int:
-    """The timing design a time job of ``mode`` runs under at the default flags
-    (:data:`DEFAULT_TIMING`), as :func:`job_timing` gives its flags: 7 for the eager modes a task
-    worker serves, else :data:`BASE_DESIGN` (the compile modes keep a process per job)."""
-    on = job_timing("time", mode, None)
-    return next((TIMING_DESIGNS[key] for key in TIMING_FLAGS if on.get(key)), BASE_DESIGN)
 
 
 class PlanError(ValueError):
@@ -94,25 +71,9 @@ def normalise_cli_values(cfg: dict, schema=None) -> None:
     cliconfig.normalise(cfg, cliconfig.SCHEMA if schema is None else schema)
 
 
-def check_timing(timing: Mapping | None) -> None:
-    """Config ``timing`` (validated): PlanError when it turns on more than one opt-in design (5,
-    ``shared_sections``; 6, ``cuda_start_outside_lock``; 7, ``task_worker``: alternatives, never
-    combined)."""
-    on = [key for key in TIMING_FLAGS if (timing or {}).get(key, DEFAULT_TIMING[key])]
-    if len(on) > 1:
-        designs = " and ".join(str(TIMING_DESIGNS[k]) for k in on)
-        hint = "".join(f" ({key} is on by default: set {key}: false)" for key in on if DEFAULT_TIMING[key])
-        raise PlanError(
-            f"config timing: {' and '.join(on)} are alternative timing designs ({designs}): turn on one of them"
-            + hint
-        )
-
-
-def serves_task_worker(kind: str, mode: str | None, timing: Mapping | None) -> bool:
-    """Whether a job runs in its task's worker (design 7): with ``timing.task_worker`` on, the
-    check and the time jobs of :data:`TASK_WORKER_MODES`; never a build."""
-    if not (timing or {}).get("task_worker", DEFAULT_TIMING["task_worker"]):
-        return False
+def serves_task_worker(kind: str, mode: str | None) -> bool:
+    """Whether a job runs in its task's worker: the check and the time jobs of
+    :data:`TASK_WORKER_MODES`; never a build."""
     return kind == "check" or (kind == "time" and mode in TASK_WORKER_MODES)
 
 
@@ -421,49 +382,12 @@ def timeout(timeouts: Mapping[str, int], kind: str, is_demo: bool) -> int:
     return min(t, timeouts["demo_section" if kind == "gpu_section" else "demo"])
 
 
-def timing_params(kind: str, mode: str | None, timing: Mapping | None) -> dict:
-    """The timing flags of a check or time job's params: those set otherwise than in
-    :data:`DEFAULT_TIMING`, with their value; ``task_worker`` only for the jobs a task worker
-    serves (:func:`serves_task_worker`). A flag the config leaves out is at its default."""
-    timing = timing or {}
-    out = {}
-    for key in TIMING_FLAGS:
-        value = bool(timing.get(key, DEFAULT_TIMING[key]))
-        if value == DEFAULT_TIMING[key]:
-            continue
-        if key == "task_worker" and not serves_task_worker(kind, mode, {"task_worker": True}):
-            continue
-        out[key] = value
-    return out
-
-
-def job_timing(kind: str, mode: str | None, params_timing: Mapping | None) -> dict:
-    """The timing flags in force for a job, those on only: its params' ``timing`` (the flags
-    set otherwise than the default, :func:`timing_params`) over :data:`DEFAULT_TIMING`;
-    ``task_worker`` only where it serves the job. Builds take none (they time nothing)."""
-    if kind not in ("check", "time"):
-        return {}
-    merged = DEFAULT_TIMING | dict(params_timing or {})
-    return {
-        key: True
-        for key in TIMING_FLAGS
-        if merged[key] and (key != "task_worker" or serves_task_worker(kind, mode, merged))
-    }
-
-
-def evaluation_params(kind: str, fingerprint: str | None, config: Mapping, mode: str | None = None) -> dict:
+def evaluation_params(kind: str, fingerprint: str | None, config: Mapping) -> dict:
     """Protocol parameters of a stage: hashed by Snakemake, so changing one reruns the stage.
-    ``fingerprint``: what identifies the release content. ``timing`` (shared sections, design
-    5; CUDA started outside the lock, design 6; the task worker, design 7, only for the jobs it
-    serves) is added to check and time params only where a flag is set otherwise than by the
-    default design, with only those flags (:func:`timing_params`): at the default, the params
-    (and so every committed result's params hash) are as before the keys existed."""
+    ``fingerprint``: what identifies the release content."""
     p = {"release": fingerprint, "paper": config["paper"]}
     if kind == "build":
         return {"release": fingerprint, "build": config["build"]}
-    on = timing_params(kind, mode, config.get("timing"))
-    if on:
-        p["timing"] = on
     if kind == "check" and config["protocol"] != "paper":
         p["detectors"] = config["detectors"] | {
             "seed": config["paper"]["seed"],
@@ -486,18 +410,18 @@ def check_priority(tid: str | None = None, run_modes: Iterable[str] | None = Non
     return 13 if compiles and _long_compile(tid) else CHECK_PRIORITY
 
 
-def time_priority(protocol: str, mode: str, tid: str | None = None, timing: Mapping | None = None) -> int:
+def time_priority(protocol: str, mode: str, tid: str | None = None) -> int:
     """Time jobs before checks (priority 9): a task's modes are timed as soon as its check
     passes, so an interrupted run leaves whole tasks. Paper results before strict ones; the
     torch.compile modes first among them, so their long CPU-bound code generation starts
     early and overlaps with the GPU work of the others instead of forming the tail; a
     level-3 task's compile modes before the others' (the longest code generation).
 
-    Under design 7 (``timing.task_worker``) a strict step its task's worker serves takes the
-    served paper steps' priority (10), so it follows them while the worker is up: at 5 it came
-    71-234 s later, after the worker's idle exit, and paid a fresh process's first use (session
-    thirteen's slice: 19 of the 34 later workers)."""
-    if protocol == "strict" and not serves_task_worker("time", mode, timing):
+    A strict step its task's worker serves takes the served paper steps' priority (10), so it
+    follows them while the worker is up: at 5 it came 71-234 s later, after the worker's idle
+    exit, and paid a fresh process's first use (2026-12-05, H100, 41-task slice: 19 of 34 later
+    workers)."""
+    if protocol == "strict" and not serves_task_worker("time", mode):
         return 5
     if mode.startswith("torch_compile"):
         return 14 if _long_compile(tid) else 12
@@ -513,16 +437,6 @@ def evaluation_threads(is_demo: bool) -> int:
     device=h100`` ran them one at a time: the 3.7× slower way of issue #13, whatever ``gpu``
     said. The demo's jobs compute on the CPU, so there they take a core each."""
     return 1 if is_demo else 0
-
-
-def task_worker_max_idle(timing: Mapping | None) -> int:
-    """``timing.task_worker_max_idle`` as the task worker takes it: the number (0: no bound), or
-    -1 for ``auto`` (the default; :func:`l1bench.worker.serve.auto_idle_bound` of the GPU's
-    memory)."""
-    from l1bench.worker.serve import AUTO
-
-    value = (timing or {}).get("task_worker_max_idle", "auto")
-    return AUTO if value == "auto" else int(value)
 
 
 def resource_value(resource):

@@ -21,7 +21,7 @@ so results compare with plain strings from JSON or pandas, and JSON holds the pl
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
@@ -168,13 +168,12 @@ class TaskResult:
     ``extra`` holds every other field, in the order written. Made by the worker
     (l1bench.worker: ``do_build``, ``do_check``, ``do_time`` for the measurements and their
     ``details``/``phases`` (wall seconds per step)/``phases_locked`` (GPU-lock seconds per
-    step)/lock statistics (``lock_held_s``, ``lock_wait_s``; with shared sections, timing design
-    5, also ``lock_shared_s`` and ``phases_shared``); strict time results ``strict`` (the
+    step)/lock statistics (``lock_held_s``, ``lock_wait_s``); strict time results ``strict`` (the
     timing's summary, with ``verified`` when timed outputs were checked) and, since 2026-12-05,
     ``strict_params``; check results, since 2026-12-06, ``min_tolerance`` (each compared
     correctness trial's smallest passing ``atol = rtol``, null where none passes: l1bench.tolerance);
-    ``run`` adds ``snippet_sha256``, ``params``,
-    ``provenance``, ``timing_design``, since 2026-12-05 on a GPU ``gpu_memory`` (the step's
+    ``run`` adds ``snippet_sha256``, ``params``, ``provenance``, ``timing_version``
+    (:func:`timing_version` reads it), since 2026-12-05 on a GPU ``gpu_memory`` (the step's
     allocator peaks) and, where extensions failed to build, ``extension_failures``) and by
     scripts/run_task.py (``release_fingerprint``,
     ``workflow_code``, ``failed_attempts``; ``provenance`` of a result decided without a
@@ -310,3 +309,12 @@ def no_worker_needed(
     if _fact(given_up):
         return NoWorker.GAVE_UP
     return None
+
+
+def timing_version(result: Mapping) -> int | None:
+    """The timing version (:data:`l1bench.timing.TIMING_VERSION`) a check or time result was made
+    with: its ``timing_version``, or ``timing_design`` in results written before that field (the
+    same numbers); None where it records neither (results before the timing-isolation work:
+    version 1)."""
+    value = result.get("timing_version", result.get("timing_design"))
+    return None if value is None else int(value)

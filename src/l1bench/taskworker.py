@@ -1,4 +1,4 @@
-"""The job script's side of a task worker (timing design 7, the default: ``timing.task_worker``).
+"""The job script's side of a task worker.
 
 A job that the task worker serves (:func:`l1bench.plan.serves_task_worker`: a check, or an
 eager-mode time job) does not start a worker of its own. :func:`run_in_task_worker` instead:
@@ -51,10 +51,14 @@ from l1bench.runner import (
     worker_env,
 )
 from l1bench.worker.outcome import EXIT_INFRA
-from l1bench.worker.serve import ALONE_FILE, MAX_STEPS, foreign_uid, idle_tokens_held, read_line
+from l1bench.worker.serve import ALONE_FILE, AUTO, MAX_STEPS, foreign_uid, idle_tokens_held, read_line
 
 #: Seconds a new worker may take to listen (imports torch and the worker's modules).
 START_TIMEOUT_S = 120.0
+
+#: Seconds a task worker waits for its task's next step before it exits (it holds a CUDA
+#: context while it waits).
+IDLE_S = 60.0
 
 
 def worker_name(home, tid: str, allocation: str | None = None) -> str:
@@ -278,8 +282,8 @@ def run_in_task_worker(
     home,
     env: dict | None = None,
     section_timeout: float | None = None,
-    idle_s: float = 60.0,
-    max_idle: int = 0,
+    idle_s: float = IDLE_S,
+    max_idle: int = AUTO,
 ) -> dict:
     """Run one step in its task's worker and return its result dict (see the module's doc).
 

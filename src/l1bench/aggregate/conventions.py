@@ -81,7 +81,7 @@ COLUMNS = [
     # without the pairs that hold one (the measured score itself is the harness's, unchanged)
     "stalled_calls",
     "score_without_stalls",
-    # the timing version that made the score (load.timing_version; 1 = timed without isolation)
+    # the timing version that made the score (results.timing_version; 1 = timed without isolation)
     "timing_design",
 ]
 

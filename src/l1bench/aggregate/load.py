@@ -12,7 +12,7 @@ import pandas as pd
 
 from .. import hostclock, stalls
 from ..release import MODES, parse_task_id
-from ..results import Flag, Status
+from ..results import Flag, Status, timing_version
 from .conventions import COLUMNS, MISSING, _mode_key, _protocol_key
 
 
@@ -25,12 +25,6 @@ def _read_json(path) -> dict | None:
     if not isinstance(data, dict):
         raise ValueError(f"{path}: expected a JSON object, got {type(data).__name__}")
     return data
-
-
-def timing_version(result: dict) -> int:
-    """The timing version a time result records (``timing_version``; ``timing_design`` in the
-    results of versions up to 7), 1 where it records none."""
-    return result.get("timing_version") or result.get("timing_design") or 1
 
 
 def _num(val) -> float:
@@ -194,5 +188,5 @@ def _row(tid, mode, proto, meta: dict, check: dict, t: dict | None) -> dict:
         "python": prov.get("python"),
         "stalled_calls": stall["stalled_calls"] if stall else None,
         "score_without_stalls": _num(stall["score_without"]) if stall and stall["stalled_calls"] else math.nan,
-        "timing_design": timing_version(t) if status == Status.OK else None,
+        "timing_design": (timing_version(t) or 1) if status == Status.OK else None,
     }

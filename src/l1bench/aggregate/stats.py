@@ -185,20 +185,21 @@ def stall_sensitivity(df) -> pd.DataFrame:
 
 
 def current_timing_version(mode: str) -> int:
-    """The timing version a time job of ``mode`` records when the workflow runs it now."""
-    from ..plan import default_design
+    """The oldest timing version whose results of ``mode`` are timed as the workflow times the
+    mode now (:func:`l1bench.timing.current_version`)."""
+    from ..timing import current_version
 
-    return default_design(mode)
+    return current_version(mode)
 
 
 def timing_version_counts(df, current_of=current_timing_version) -> dict[tuple[int, bool], int]:
     """{(timing version, current?): scored time results}, newest version first and, within one
     version, current first. A result is current when its version is the one ``current_of(mode)``
-    names for its mode (``timing_design`` column)."""
+    names for its mode or a later one (``timing_design`` column)."""
     if "timing_design" not in df or "mode" not in df:
         return {}
     ok = df[(df["status"] == Status.OK) & df["timing_design"].notna()]
     version = ok["timing_design"].astype(int)
-    current = version == ok["mode"].map(current_of)
+    current = version >= ok["mode"].map(current_of)
     counts = pd.Series(list(zip(version, current, strict=True)), dtype=object).value_counts()
     return {(int(v), bool(c)): int(n) for (v, c), n in sorted(counts.items(), key=lambda kv: (-kv[0][0], not kv[0][1]))}

@@ -26,17 +26,15 @@ Modules, each importing only from those above it in this list:
   noted on results;
 * :mod:`~l1bench.worker.harness`: the published harness's primitives: timing calls and timed
   pairs, laziness and correctness checks, warm-ups, ``CustomBuilder``;
-* :mod:`~l1bench.worker.sections`: GPU sections: ``exclusive`` (the GPU lock), ``shared`` (design
-  5's shared sections), ``claim_gpu``, ``open_device``, ``phase``;
+* :mod:`~l1bench.worker.sections`: GPU sections: ``exclusive`` (the GPU lock), ``claim_gpu``,
+  ``open_device``, ``phase``;
 * :mod:`~l1bench.worker.protocols`: the timing interface ``TimingProtocol`` and its two
   implementations, ``PaperProtocol`` and ``StrictProtocol`` (delegating to
   :func:`l1bench.strict.time_strict`);
 * :mod:`~l1bench.worker.stages`: ``do_build``, ``do_check``, ``do_time`` (the setup both
   protocols share, then the protocol of ``job["protocol"]``);
-* :mod:`~l1bench.worker.entry`: ``run``, ``main`` (``__main__``), ``KINDS``, ``pick_device``,
-  ``TIMING_DESIGN`` (``TIMING_DESIGN_SHARED`` with shared sections, ``TIMING_DESIGN_CUDA_OUTSIDE``
-  with CUDA started outside the lock, ``TIMING_DESIGN_TASK_WORKER`` with one process per task);
-* :mod:`~l1bench.worker.serve`: a task worker (design 7): one process serving a task's check and
+* :mod:`~l1bench.worker.entry`: ``run``, ``main`` (``__main__``), ``KINDS``, ``pick_device``;
+* :mod:`~l1bench.worker.serve`: a task worker: one process serving a task's check and
   eager-mode time steps one after another (``python -m l1bench.worker.serve``).
 
 This module re-exports the names used outside the package. They are bindings, not the names the
@@ -47,7 +45,7 @@ uses it (``harness.time_call``, ``harness.cuda_initialized``, ``harness.move``,
 
 from l1bench.results import builds_extensions
 from l1bench.snippet import InfraError
-from l1bench.worker.entry import TIMING_DESIGN, pick_device
+from l1bench.worker.entry import pick_device
 from l1bench.worker.harness import (
     RETIME_ENV,
     CustomBuilder,
@@ -74,7 +72,6 @@ __all__ = [
     "EXIT_INFRA",
     "NO_CODE_REASON",
     "RETIME_ENV",
-    "TIMING_DESIGN",
     "CustomBuilder",
     "InfraError",
     "builds_extensions",

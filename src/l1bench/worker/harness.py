@@ -88,7 +88,7 @@ def retime_budget(n: int) -> int:
 
 
 def timed_pairs(base, custom, make_inputs_fn, n: int, rng, device: str, streams, ledger, trial: int, clock,
-                reset=None, probe=None):
+                reset=None):
     """The harness's ``n`` timed (reference, custom) pairs of one outer trial, in random order,
     on fresh inputs: (reference ms, custom ms).
 
@@ -102,31 +102,18 @@ def timed_pairs(base, custom, make_inputs_fn, n: int, rng, device: str, streams,
     (:func:`first_pair_slowed_in_driver`) is timed again after ``reset`` (empty the allocator,
     one warm-up call: the state the harness's first pair has), and so is a disturbed first pair.
     Without disturbances the calls and the random draws are exactly the harness's.
-
-    With a :class:`~l1bench.hostclock.CpuProbe` (opt-in, ``L1BENCH_HOST_PROBE``), the timing
-    thread times the probe's CPU task before the first pair and after each pair, outside the
-    events; a pair beside a slow probe is noted in ``ledger`` and, when the probe's ``retime`` is
-    set, timed again as a disturbed one (the same budget).
     """
     ref_ms: list = []
     cus_ms: list = []
     budget, pair = retime_budget(n), 0
     first: dict = {}
-    slow_probe = probe.measure if probe is not None else lambda: False
-    slow_before = slow_probe()
     while len(ref_ms) < n:
         if not ref_ms and pair > 0 and reset is not None:
             reset()  # the first pair again, in the first pair's state
-            slow_before = slow_probe()
         got, launches = _time_pair(base, custom, make_inputs_fn, rng, device, streams, clock)
-        slow_after = slow_probe()
         disturbed = False
         for who in got:
             disturbed = ledger.record(launches[who], trial, pair, who, got[who]) or disturbed
-        if slow_before or slow_after:
-            ledger.mark_probe_slow(trial, pair)
-            disturbed = disturbed or probe.retime
-        slow_before = slow_after
         if disturbed and budget > 0:
             budget -= 1
             ledger.mark_retimed(trial, pair)

@@ -49,9 +49,8 @@ class TimingSetup:
     * ``baseline_on_cpu(seed)``: (the baseline constructed under ``seed`` on the CPU, init inputs);
     * ``on_device(base_cpu, custom_cpu, seed, init_inputs)``: inside a section, (baseline moved
       and wrapped for the mode, ``ModelNew`` moved or constructed);
-    * ``gpu_section(untimed=False)``: a GPU section (:func:`l1bench.worker.sections.exclusive`);
-      the job's first one also runs the harness's reference warm-up; with shared sections
-      (design 5, ``job["shared_sections"]``) ``untimed=True`` makes it a shared one;
+    * ``gpu_section()``: a GPU section (:func:`l1bench.worker.sections.exclusive`); the job's
+      first one also runs the harness's reference warm-up;
     * ``read_clocks("before" | "after")``: SM/memory clocks into ``clocks``, inside a section.
     """
 
@@ -107,7 +106,7 @@ class PaperProtocol(TimingProtocol):
             # The harness checks the custom model against this mode's baseline, not the reference.
             base_cpu, init_inputs = baseline_on_cpu(p["seed"])
             custom_cpu = builder.prepare(p["seed"], init_inputs)
-            with gpu_section(untimed=True), phase(stats, "baseline correctness"):
+            with gpu_section(), phase(stats, "baseline correctness"):
                 base, custom = on_device(base_cpu, custom_cpu, p["seed"], init_inputs)
                 with guarded(f"correctness against the {mode} baseline", Status.BASELINE_ERROR):
                     ok, why, _, _ = correctness_trials(base, custom, get_inputs, device, p)
@@ -124,8 +123,7 @@ class PaperProtocol(TimingProtocol):
             return base, custom, streams, make_inputs(get_inputs, device, on_dev)
 
         timings: dict = {"ref_ms": [], "custom_ms": [], "trial_scores": []}
-        probe = hostclock.CpuProbe.from_env()  # None unless L1BENCH_HOST_PROBE asks for it
-        clock, ledger = hostclock.ThreadClock(), hostclock.Ledger(probe=probe)
+        clock, ledger = hostclock.ThreadClock(), hostclock.Ledger()
 
         def timed(base, custom, streams, warm_inputs, outer):
             """The trial's warm-up calls and timed pairs (one exclusive section)."""
@@ -145,31 +143,18 @@ class PaperProtocol(TimingProtocol):
                     clock,
                     # called inside timed_pairs, in this call
                     reset=lambda: renew_allocator(base, custom, warm_inputs, device),
-                    probe=probe,
                 )
 
-        # Design 5 (shared sections): the models are placed in a shared section, the warm-up
-        # calls and timed pairs follow in one exclusive section.
-        sharing = bool(job.get("shared_sections"))
         for outer in range(p["outer_trials"]):
             seed = p["seed"] + outer
             base_cpu, init_inputs = baseline_on_cpu(seed)
             custom_cpu = builder.prepare(seed, init_inputs)
-            if sharing:
-                with gpu_section(untimed=True):
-                    base, custom, streams, warm_inputs = placed(base_cpu, custom_cpu, seed, init_inputs)
-                with gpu_section():
-                    read_clocks("before")
-                    ref_ms, cus_ms = timed(base, custom, streams, warm_inputs, outer)
-                    read_clocks("after")
-                    del base, custom, base_cpu, custom_cpu, warm_inputs
-            else:
-                with gpu_section():
-                    read_clocks("before")
-                    base, custom, streams, warm_inputs = placed(base_cpu, custom_cpu, seed, init_inputs)
-                    ref_ms, cus_ms = timed(base, custom, streams, warm_inputs, outer)
-                    read_clocks("after")
-                    del base, custom, base_cpu, custom_cpu, warm_inputs
+            with gpu_section():
+                read_clocks("before")
+                base, custom, streams, warm_inputs = placed(base_cpu, custom_cpu, seed, init_inputs)
+                ref_ms, cus_ms = timed(base, custom, streams, warm_inputs, outer)
+                read_clocks("after")
+                del base, custom, base_cpu, custom_cpu, warm_inputs
             trial_score = statistics.fmean(ref_ms) / statistics.fmean(cus_ms)
             timings["ref_ms"].append([round(v, 5) for v in ref_ms])
             timings["custom_ms"].append([round(v, 5) for v in cus_ms])
@@ -219,14 +204,9 @@ class StrictProtocol(TimingProtocol):
         global_state = detectors.snapshot_global_state()
         base_cpu, init_inputs = baseline_on_cpu(p["seed"])
         custom_cpu = builder.prepare(p["seed"], init_inputs)
-        placed = None
-        if job.get("shared_sections"):  # design 5: the models placed in a shared section first
-            with gpu_section(untimed=True), phase(stats, "models to device"):
-                placed = on_device(base_cpu, custom_cpu, p["seed"], init_inputs)
         with gpu_section(), phase(stats, "strict"):
             read_clocks("before")
-            base, custom = placed or on_device(base_cpu, custom_cpu, p["seed"], init_inputs)
-            placed = None
+            base, custom = on_device(base_cpu, custom_cpu, p["seed"], init_inputs)
             warm_up(base, custom, make_inputs(get_inputs, device, on_dev), p["warmup"], device)
             with guarded("strict timing", Status.RUNTIME_ERROR), gpulock.DeviceLock.no_pause():
                 st = strict.time_strict(

@@ -1,13 +1,12 @@
-"""A task worker (timing design 7, the default: ``timing.task_worker``): one process that serves one
-task's check and its eager-mode time steps, one after another, so that CUDA starts and the GPU's
-first-use work (module loading, cuDNN/cuBLAS set-up) is paid once per task instead of once per
-step. Run as ``python -m l1bench.worker.serve NAME IDLE_S [MAX_STEPS [MAX_IDLE [HOME]]]`` by
-:mod:`l1bench.taskworker` (the job script's side), which also kills it when a step runs over its
-timeout.
+"""A task worker: one process that serves one task's check and its eager-mode time steps, one
+after another, so that CUDA starts and the GPU's first-use work (module loading, cuDNN/cuBLAS
+set-up) is paid once per task instead of once per step. Run as ``python -m l1bench.worker.serve
+NAME IDLE_S [MAX_STEPS [MAX_IDLE [HOME]]]`` by :mod:`l1bench.taskworker` (the job script's
+side), which also kills it when a step runs over its timeout.
 
-Why: session ten's profile of the 41-task slice found 40 % of the GPU lock in each process's own
-first-use cost (CUDA's start, the reference warm-up's first convolutions, models to device); the
-slice needs ~507 s of lock with one process per step. Steps stay separate, cached Snakemake jobs.
+Why: a profile of the 41-task slice (2026-12-04, H200, bare machine) found 40 % of the GPU lock in each
+process's own first-use cost (CUDA's start, the reference warm-up's first convolutions, models
+to device) with one process per step. Steps stay separate, cached Snakemake jobs.
 
 What keeps a step as clean as in a fresh process (:class:`TaskWorker`):
 
@@ -22,18 +21,17 @@ What keeps a step as clean as in a fresh process (:class:`TaskWorker`):
   :func:`replaced`; torch's own wrappers, :func:`torch_rewrapped`, are recorded and kept),
   left a thread of its own running, changed grad mode or the default device, broke (CUDA
   fault, out of memory: exit 3; any other exception: exit 1), or after ``max_steps`` steps;
-* every result it writes says so: ``timing_design`` 7 and ``provenance.task_worker`` (its pid,
-  the step's number in it, the steps that ran before in the same process).
+* every result it writes says so in ``provenance.task_worker`` (its pid, the step's number in
+  it, the steps that ran before in the same process).
 
 The worker ends by itself when no step came for ``IDLE_S`` seconds; after a step, when
 ``MAX_IDLE`` other workers already wait idle on its GPU (:class:`IdleTokens`: each idle worker
-holds its CUDA context, GPU memory no step uses; 0 sets no bound, -1, the default, one from the
-GPU's memory: :func:`auto_idle_bound`); while idle, when a job that takes its run's every GPU
-slot asks the idle workers of its run (``HOME``, the workers' folder) to leave
-(:func:`asked_to_leave`); when the workflow that
-started it is gone (:mod:`l1bench.lifeline`), and, during a step, when the job script that sent
-the step is gone (its connection closed): it then kills its process group, as a job's guard
-kills a one-shot worker.
+holds its CUDA context, GPU memory no step uses; 0 sets no bound, -1 one from the GPU's memory:
+:func:`auto_idle_bound`); while idle, when a job that takes its run's every GPU slot asks the
+idle workers of its run (``HOME``, the workers' folder) to leave (:func:`asked_to_leave`); when
+the workflow that started it is gone (:mod:`l1bench.lifeline`), and, during a step, when the job
+script that sent the step is gone (its connection closed): it then kills its process group, as
+a job's guard kills a one-shot worker.
 """
 
 from __future__ import annotations
@@ -188,10 +186,8 @@ class TaskWorker:
     def prepare(self, job: dict) -> None:
         """Before a step: the GPU this worker took in its first section (so the step takes the
         same GPU's lock), and the note that CUDA is already running."""
-        from l1bench.worker import lockprofile, sections
+        from l1bench.worker import sections
 
-        if lockprofile.ACTIVE is not None:  # opt-in profiler: each result holds its own step's samples
-            lockprofile.ACTIVE.stacks = {}
         if self.tid is not None and job.get("tid") != self.tid:
             raise ValueError(f"task worker of {self.tid} was sent a step of {job.get('tid')}")
         self.tid = job.get("tid")
@@ -243,11 +239,7 @@ class TaskWorker:
         self.namespaces.update({k: now[k] for k in rewrapped})
         patched = [k for k in patched if k not in rewrapped]
         modes = process_modes()
-        from l1bench.worker import lockprofile
-
-        # the opt-in lock profiler's sampler is ours, not the step's (started in the first step)
-        ours = self.threads | ({lockprofile.ACTIVE._thread} if lockprofile.ACTIVE is not None else set())
-        left = [t.name for t in _foreign_threads(ours)]
+        left = [t.name for t in _foreign_threads(self.threads)]
         still = detectors.diff_global_state(self.settings, detectors.snapshot_global_state())
         if patched:
             why = f"the step replaced {len(patched)} of torch's bindings: {', '.join(patched[:4])}"
@@ -401,16 +393,15 @@ def read_line(conn: socket.socket, on_wait=None, wait_s: float = 0.5, limit: int
     return data
 
 
-#: ``timing.task_worker_max_idle: auto`` (the default): idle task workers may hold this share of
-#: their GPU's memory, at :data:`IDLE_WORKER_MIB` each. An idle worker's CUDA context and
-#: loaded modules held 714-852 MiB on an H100 (torch 2.11, CUDA 13: the out-of-memory
-#: messages of session twenty's re-time list them); unbounded, 45 idle workers held ~35 GB of
-#: that 80 GB GPU at its fullest, and steps failed out of memory (RUN_NOTES, session twenty).
-#: 20 %, not less: replayed on that run's steps (``l1bench stagetimes --idle-bounds``), a bound of
-#: 19 starts 74 more workers than none, 9 starts 119 more (~0.7 s of GPU lock each).
+#: :data:`AUTO` bound: idle task workers may hold this share of their GPU's memory, at
+#: :data:`IDLE_WORKER_MIB` each. An idle worker's CUDA context and loaded modules held 714-852 MiB
+#: on an H100 (torch 2.11, CUDA 13); unbounded, 45 idle workers held ~35 GB of that 80 GB GPU at
+#: its fullest, and steps failed out of memory (2026-12-05, H100, the h100 release's eager modes).
+#: 20 %, not less: replayed on that run's steps, a bound of 19 starts 74 more workers than none,
+#: 9 starts 119 more (~0.7 s of GPU lock each).
 IDLE_MEMORY_SHARE = 0.20
 IDLE_WORKER_MIB = 850
-#: The ``max_idle`` that asks for :func:`auto_idle_bound` (``task_worker_max_idle: auto``).
+#: The ``max_idle`` that asks for :func:`auto_idle_bound` (the job side's default).
 AUTO = -1
 
 
@@ -521,6 +512,16 @@ class IdleTokens:
             self._fh.close()  # closing the file lets go of its flock
             self._fh = None
 
+    def keep_until_exit(self) -> None:
+        """Hold the token (if held) until this process has ended. A worker that leaves still
+        holds its CUDA context, and tears down torch, for a while after :func:`serve` returns;
+        closing the token there told :func:`l1bench.taskworker.gpu_alone` that the worker (and
+        its GPU memory) was gone while it still ran. A duplicate of the token's descriptor is
+        never closed by Python: the kernel closes it, and lets go of the flock, only as the
+        process exits."""
+        if self._fh is not None:
+            os.dup(self._fh.fileno())
+
 
 def serve(name: str, idle_s: float, max_steps: int = MAX_STEPS, max_idle: int = 0, home=None) -> int:
     """Serve steps on the abstract Unix socket ``name`` until idle for ``idle_s`` or retired;
@@ -540,6 +541,14 @@ def serve(name: str, idle_s: float, max_steps: int = MAX_STEPS, max_idle: int = 
     listener.listen(4)
     listener.settimeout(0.5)
     worker, watch, tokens = TaskWorker(max_steps), Watch(), IdleTokens(max_idle)
+    try:
+        return _serve(listener, worker, watch, tokens, idle_s, home)
+    finally:
+        tokens.keep_until_exit()
+
+
+def _serve(listener, worker: TaskWorker, watch: Watch, tokens: IdleTokens, idle_s: float, home) -> int:
+    """:func:`serve`'s loop: accept steps until idle for ``idle_s``, retired or asked to leave."""
     worker.threads.update(threading.enumerate())
     idle_since, lock_dir = time.monotonic(), None
     while time.monotonic() - idle_since < idle_s:

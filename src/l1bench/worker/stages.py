@@ -36,7 +36,7 @@ from l1bench.worker.harness import (
 )
 from l1bench.worker.outcome import NO_CODE_REASON, guarded, result, upstream_status
 from l1bench.worker.protocols import TimingSetup, protocol_for
-from l1bench.worker.sections import exclusive, phase, shared
+from l1bench.worker.sections import exclusive, phase
 from l1bench.worker.torch_hooks import (
     COMPILE_MODES,
     inductor_steps,
@@ -120,11 +120,7 @@ def do_check(job: dict, meta: dict, snippets: dict) -> dict:
         details["detectors"] = det.get("details", {})
         return det.get("flags", [])
 
-    # Design 5 (shared sections): no verdict of the check is a time measurement, so it runs in a
-    # shared section; the detectors, whose late-write and background-work checks are races that
-    # what else runs on the GPU could decide, in an exclusive one after it.
-    sharing = bool(job.get("shared_sections"))
-    with (shared if sharing else exclusive)(device, job, stats):
+    with exclusive(device, job, stats):
         with phase(stats, "reference warm-up"):
             run_reference_warmup(warm_cpu, get_inputs, device, p)
             del warm_cpu
@@ -153,12 +149,8 @@ def do_check(job: dict, meta: dict, snippets: dict) -> dict:
             return result(job, Status.INCORRECT, why, **trials, **stats)
         details["max_abs_diff"] = worst
         flags = []
-        if job.get("detectors") and not sharing:
+        if job.get("detectors"):
             del custom
-            flags = run_detectors(ref)
-    if job.get("detectors") and sharing:
-        del custom
-        with exclusive(device, job, stats):
             flags = run_detectors(ref)
     return result(job, Status.PASS, "", **trials, flags=flags, details=details, **stats)
 
@@ -232,26 +224,10 @@ def do_time(job: dict, meta: dict, snippets: dict) -> dict:
             pending["warmup"] = None
 
     @contextlib.contextmanager
-    def gpu_section(untimed: bool = False):
-        """The device lock; the first section also runs the harness's reference warm-up.
-
-        Design 5 (``job["shared_sections"]``): ``untimed`` sections are shared, the others
-        exclusive; the reference warm-up (and with it CUDA's start) runs in a shared section of
-        its own before the job's first exclusive one."""
-        if not job.get("shared_sections"):
-            with exclusive(device, job, stats):
-                reference_warmup()
-                yield
-            return
-        if untimed:
-            with shared(device, job, stats):
-                reference_warmup()
-                yield
-            return
-        if pending["warmup"] is not None:
-            with shared(device, job, stats):
-                reference_warmup()
+    def gpu_section():
+        """The device lock; the first section also runs the harness's reference warm-up."""
         with exclusive(device, job, stats):
+            reference_warmup()
             yield
 
     t_setup = time.perf_counter()
