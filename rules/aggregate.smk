@@ -56,11 +56,9 @@ rule transfer_report:
         f"{LOGS}/transfer_report.log",
     conda:
         "../envs/environment.yaml"
-    params:
-        root=config["results_dir"],
     shell:
-        "python -m l1bench.aggregate.transfer {params.root} --out {output.page}"
-        " --figure {output.figure} 2> {log}"
+        "python -m l1bench.aggregate.transfer --out {output.page} --figure {output.figure}"
+        " {input} 2> {log}"
 
 
 # A task selection (config slice_reports: YAML files with a tasks: list) measured next to

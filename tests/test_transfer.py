@@ -118,7 +118,7 @@ def test_one_tree_only_says_there_is_nothing_to_compare():
 
 
 def test_no_tree_at_all(tmp_path):
-    page = tr.render(tr.load_trees(tmp_path))
+    page = tr.render(tr.load_trees([tmp_path / "h100" / "scores.csv"]))
     assert "**none yet**" in page and "Releases not measured: h100, a100, h20, l40, 3090." in page
 
 
@@ -127,7 +127,8 @@ def test_main_reads_the_trees_and_writes_page_and_figure(tmp_path):
         (tmp_path / release).mkdir()
         TREES[release].to_csv(tmp_path / release / "scores.csv", index=False)
     out, fig = tmp_path / "transfer.md", tmp_path / "figures" / "transfer.png"
-    assert tr.main([str(tmp_path), "--out", str(out), "--figure", str(fig)]) == 0
+    scores = [str(tmp_path / r / "scores.csv") for r in ("h100", "a100", "demo")]
+    assert tr.main(["--out", str(out), "--figure", str(fig), *scores]) == 0
     assert fig.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     page = out.read_text()
     assert "(figures/transfer.png)" in page and "Releases not measured: h20, l40, 3090." in page

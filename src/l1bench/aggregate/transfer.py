@@ -7,7 +7,7 @@ GPU, each release's code is timed against the same reference there, so the relea
 ranked task by task. A release measured on a GPU other than its own is a transfer, not a
 reproduction, and the page says so. Trees or tasks not measured are named, never filled in.
 
-``python -m l1bench.aggregate.transfer RESULTS_DIR --out transfer.md --figure figures/transfer.png``
+``python -m l1bench.aggregate.transfer --out transfer.md --figure figures/transfer.png results/*/scores.csv``
 """
 
 from __future__ import annotations
@@ -70,14 +70,11 @@ def measured_gpu(df: pd.DataFrame) -> str | None:
     return Counter(gpus).most_common(1)[0][0] if gpus else None
 
 
-def load_trees(root, releases=GPU_DEVICES) -> dict[str, pd.DataFrame]:
-    """Each release's ``scores.csv`` under ``root`` that exists, in release order."""
-    trees = {}
-    for release in releases:
-        path = Path(root) / release / "scores.csv"
-        if path.is_file():
-            trees[release] = pd.read_csv(path, dtype={"tid": str})
-    return trees
+def load_trees(paths, releases=GPU_DEVICES) -> dict[str, pd.DataFrame]:
+    """The release trees' ``scores.csv`` at ``paths`` (``<release>/scores.csv``; those missing
+    and those of other trees, such as the demo's, are left out), in release order."""
+    found = {Path(p).parent.name: Path(p) for p in paths if Path(p).is_file()}
+    return {r: pd.read_csv(found[r], dtype={"tid": str}) for r in releases if r in found}
 
 
 def _rows(df: pd.DataFrame) -> pd.DataFrame:
@@ -327,11 +324,11 @@ def main(argv=None) -> int:
     from ..io import atomic_write_text
 
     ap = argparse.ArgumentParser(description="The cross-release page from results/<release>/scores.csv.")
-    ap.add_argument("root", help="the results folder holding the release trees")
+    ap.add_argument("scores", nargs="*", help="the release trees' scores.csv (results/<release>/scores.csv)")
     ap.add_argument("--out", required=True, help="the page (markdown)")
     ap.add_argument("--figure", required=True, help="the figure (png)")
     args = ap.parse_args(argv)
-    trees = load_trees(args.root)
+    trees = load_trees(args.scores)
     plot(trees, args.figure)
     figure = Path(os.path.relpath(args.figure, Path(args.out).parent)).as_posix()
     atomic_write_text(args.out, render(trees, figure))
