@@ -20,7 +20,8 @@
 # TASK_TIMEOUT (seconds per task in the published harness, default 240), PREFIX (results/sbs),
 # WF_CONFIG (one more --config entry for the workflow, e.g. 'paper={inputs_on_device: false}',
 # to measure a candidate cause; give such a run a PREFIX of its own), PUB_CPUS (pin the published
-# harness's processes, e.g. to the CPU the workflow times on: the highest one).
+# harness's processes, e.g. to the CPU the workflow times on: the highest one), INSTALL=0 (snakemake
+# and l1bench already importable), DEVICE/RELEASE_DIR/HARNESS (another release, e.g. the CPU demo).
 set -uo pipefail
 t0=$(date +%s)
 out=${1:?usage: lab/published_harness/gpu_run.sh OUT_DIR [N_TASKS] [BLOCK]}
@@ -46,10 +47,13 @@ wflogs=("logs/${prefix#results/}-wf1" "logs/${prefix#results/}-wf2")
     nvidia-smi --query-gpu=timestamp,utilization.gpu,memory.used,clocks.sm,clocks.mem,power.draw,temperature.gpu \
         --format=csv,noheader,nounits -l 1 >logs/sbs/gpu-samples.csv 2>/dev/null &
     sampler=$!
-    . scripts/offline_install.sh .whl || { kill "$sampler"; exit 1; }
+    if [ "${INSTALL:-1}" = 1 ]; then
+        . scripts/offline_install.sh .whl || { kill "$sampler"; exit 1; }
+    fi
     echo "installed after $(($(date +%s) - t0)) s"
     python3 $here/sidebyside.py --deadline $((t0 + budget - pack)) --n "$n" --block "$block" \
         --prefix "$prefix" --modes "$MODES" --task-timeout "${TASK_TIMEOUT:-240}" \
+        --device "${DEVICE:-h100}" --release-dir "${RELEASE_DIR:-.release}" ${HARNESS:+--harness "$HARNESS"} \
         ${TASKS:+--tasks "$TASKS"} ${WF_CONFIG:+--wf-config "$WF_CONFIG"} \
         ${PUB_CPUS:+--pub-cpus "$PUB_CPUS"}
     echo "blocks done after $(($(date +%s) - t0)) s"

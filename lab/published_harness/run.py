@@ -154,6 +154,7 @@ def run_child(job: dict, job_dir: Path, timeout_s: float, python: str = sys.exec
               child: Path = HERE / "child.py", env: dict | None = None) -> dict:
     """Run :mod:`child` on ``job`` in a process group of its own; kill the group past
     ``timeout_s``. Returns {returncode, timed_out, wall_s}."""
+    job_dir = Path(job_dir).resolve()  # the child runs in it: every path it is given is absolute
     job_dir.mkdir(parents=True, exist_ok=True)
     job_path = job_dir / "job.json"
     job_path.write_text(json.dumps(job, indent=1))

@@ -102,9 +102,10 @@ def test_the_trees_logs_keep_no_release_code(tree):
     assert run.read_jsonl(logs / "harness_log.jsonl")[-1]["done"]
 
 
-def test_a_hanging_task_is_killed_and_recorded_and_existing_results_are_kept(tmp_path, capsys):
+def test_a_hanging_task_is_killed_and_recorded_and_existing_results_are_kept(tmp_path, capsys, monkeypatch):
     release = write_release(tmp_path / "h100.json")
-    out = tmp_path / "pub"
+    monkeypatch.chdir(tmp_path)
+    out = "pub"  # a relative tree: the child runs in its log folder
     run.main(["--release", str(release), "--harness", str(STUB), "--any-harness", "--tasks", "1/6,1/4",
               "--out", str(out), "--timeout", "3"])
     res = result(out, "L1_T006")
