@@ -796,12 +796,13 @@ def test_tables_count_scores_by_timing_version_current_or_earlier():
         "Scores by timing version (`timing_design` in scores.csv): 7 (current): 2; 4 (current): 1; 4 (earlier): 2."
     )
     assert lines[2] == (
-        "The current version is the one the workflow times a mode with now (7 for Default, CUDA Graph and cuDNN; "
-        "4 for Torch Compile and Torch Compile RO); a score of an earlier version stays until it is measured again."
+        "A score is current where the workflow times its mode today as its version did (version 7 or later for "
+        "Default, CUDA Graph and cuDNN; version 4 or later for Torch Compile and Torch Compile RO); an earlier "
+        "score stays until it is measured again."
     )
     renewed = df.assign(timing_design=[7, 7, 7, 4, 4, None])
     assert timing_version_lines(renewed, current.get)[0].endswith(": 7 (current): 3; 4 (current): 2.")
-    assert timing_version_lines(renewed, current.get)[2].endswith("; every score is of it.")
+    assert timing_version_lines(renewed, current.get)[2].endswith("; every score is current.")
     assert "design" not in " ".join(timing_version_lines(df, current.get)).replace("`timing_design`", "")
     # version 1 (no isolation) is explained where a score carries it
     assert "Version 1 timed without isolation" in timing_version_lines(df.assign(timing_design=1), current.get)[-1]

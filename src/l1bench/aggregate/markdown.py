@@ -152,8 +152,8 @@ def _flag_table(df) -> str:
 
 
 def timing_version_lines(df, current_of=current_timing_version) -> list[str]:
-    """How many scores each timing version made, current (the version the workflow times their
-    mode with now, ``current_of(mode)``) or earlier; nothing when no score records one."""
+    """How many scores each timing version made, current (their mode is timed today as their
+    version did: version ``current_of(mode)`` or later) or earlier; nothing when no score records one."""
     counts = timing_version_counts(df, current_of)
     if not counts:
         return []
@@ -161,14 +161,13 @@ def timing_version_lines(df, current_of=current_timing_version) -> list[str]:
     by_version: dict[int, list[str]] = {}
     for mode in _modes(df):
         by_version.setdefault(current_of(mode), []).append(_mode_label(mode))
-    now = "; ".join(f"{v} for {_and(labels)}" for v, labels in by_version.items())
+    now = "; ".join(f"version {v} or later for {_and(labels)}" for v, labels in by_version.items())
     earlier = any(not cur for _, cur in counts)
     lines = [
         f"Scores by timing version (`timing_design` in scores.csv): {parts}.",
         "",
-        f"The current version is the one the workflow times a mode with now ({now})"
-        + ("; a score of an earlier version stays until it is measured again." if earlier else
-           "; every score is of it."),
+        f"A score is current where the workflow times its mode today as its version did ({now})"
+        + ("; an earlier score stays until it is measured again." if earlier else "; every score is current."),
     ]
     if any(v == 1 for v, _ in counts):
         lines += ["", "Version 1 timed without isolation from other jobs: their start-up, driver calls and "
