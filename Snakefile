@@ -26,6 +26,10 @@ onstart:
     start_run()
 
 
+onsuccess:
+    print_outcome()
+
+
 onerror:
     print_failure_hint(log)
 

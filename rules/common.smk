@@ -22,6 +22,7 @@ try:
         fetch,
         freshness,
         lifeline,
+        outcome,
         plan,
         preflight,
         recovery,
@@ -457,10 +458,43 @@ def start_run():
     lockfiles = getattr(workflow.persistence, "_lockfile", {}) or {}
     recovery.record_lock_owner(lockfiles.values())
     preflight.note_stop_signals()
+    start_progress()
+
+
+#: What onstart learns for the run's last line: the planned jobs, the progress printer.
+THIS_RUN = {}
+
+
+def start_progress():
+    """onstart: progress lines with the time left (l1bench.progress) on Snakemake's logger."""
+    from l1bench import progress
+
+    jobs = list(workflow.dag.needrun_jobs())
+    THIS_RUN["planned"] = [
+        (job.rule.name, [str(f) for f in job.output]) for job in jobs
+    ]
+    THIS_RUN["progress"] = progress.start([(job.jobid, job.rule.name) for job in jobs])
+
+
+def print_outcome():
+    """onsuccess: the run's one line (l1bench.outcome): what was measured, where the tables
+    are, what broke and how to retry it."""
+    from l1bench import progress
+
+    progress.stop(THIS_RUN.pop("progress", None))
+    selection = sum((task_paths(kind) for kind in ("build", "check", "time")), [])
+    made = outcome.made_results(THIS_RUN.get("planned", []))
+    line = outcome.success_line(
+        DEVICE, RES, LOGS, selection, made, config["results_dir"]
+    )
+    print(line, file=sys.stderr)
 
 
 def print_failure_hint(logs):
     """onerror: what failed and why (or which signal stopped the run), and how to go on."""
+    from l1bench import progress
+
+    progress.stop(THIS_RUN.pop("progress", None))
     texts = []
     for path in logs or []:
         try:

@@ -2,6 +2,9 @@
 # Inputs are ancient(): a fresh checkout or a re-downloaded identical release never
 # re-times anything. What does: a changed release checksum or protocol parameter
 # (params), or a missing/failed result. See README "Rerun policy".
+# A job that breaks is retried within the run until its attempts ledger gives it a terminal
+# result (l1bench.attempts.in_run_retries): the tables follow in the same run.
+RETRIES = attempts.in_run_retries(config["max_attempts"])
 
 
 rule build_task:
@@ -12,6 +15,7 @@ rule build_task:
     log:
         f"{LOGS}/build_task/{{tid}}.log",
     priority: build_priority
+    retries: RETRIES
     conda:
         "../envs/environment.yaml"
     threads: build_threads
@@ -36,6 +40,7 @@ rule check_task:
     log:
         f"{LOGS}/check_task/{{tid}}.log",
     priority: check_priority
+    retries: RETRIES
     conda:
         "../envs/environment.yaml"
     threads: EVALUATION_THREADS
@@ -61,6 +66,7 @@ rule time_task:
     log:
         f"{LOGS}/time_task/{{protocol}}/{{mode}}/{{tid}}.log",
     priority: time_priority
+    retries: RETRIES
     conda:
         "../envs/environment.yaml"
     threads: EVALUATION_THREADS

@@ -4,10 +4,12 @@ The child (l1bench.worker) runs the snippet code; this process only prepares
 the job, enforces the timeout and writes the result atomically. A negative
 verdict is a result; a timeout, crash or CUDA fault raises, so the job fails
 and leaves no output, and is recorded in the job's attempts ledger
-(l1bench.attempts): after ``max_attempts`` broken attempts (config) the job gets
-a terminal ``crashed``/``timeout`` result instead of being retried forever. A job stopped
-because its Snakemake process is gone (``l1bench.lifeline``) leaves no result and is not an
-attempt.
+(l1bench.attempts); Snakemake retries it within the run (the rules' ``retries``), and the
+``max_attempts``-th counted broken attempt (config) writes a terminal ``crashed``/``timeout``
+result instead of failing, so the later stages and the tables follow. A job stopped because
+its Snakemake process is gone (``l1bench.lifeline``) leaves no result and is not an attempt;
+a full disk (ENOSPC) and running out of GPU memory beside other jobs are attempts that do not
+count.
 """
 
 import logging

@@ -1,9 +1,9 @@
 """Broken attempts of a job (timeout, crash, CUDA fault), and when to stop retrying.
 
-A job whose worker breaks leaves no result, so the next run retries it: right for a
-transient fault (another job's memory, a lost device), wrong for a task that breaks the same
-way every time (custom code that invalidates a CUDA graph capture): it would be retried in
-every run and its task x mode would never get a status. Each broken attempt is therefore
+A job whose worker breaks leaves no result, so it is retried: right for a transient fault
+(another job's memory, a lost device), wrong for a task that breaks the same way every time
+(custom code that invalidates a CUDA graph capture): it would be retried in every run and its
+task x mode would never get a status. Each broken attempt is therefore
 appended to a small ledger beside the results (``<results>/<device>/attempts/<the result's
 path below it>``, written atomically); once it holds ``max_attempts`` entries the job gets a
 terminal result instead (status ``crashed`` or ``timeout``, the errors as the reason), decided
@@ -150,6 +150,16 @@ def counted(attempts: list[dict]) -> list[dict]:
 def given_up(attempts: list[dict], max_attempts: int) -> bool:
     """Whether a job with these broken attempts gets a terminal result (0 = retry forever)."""
     return max_attempts > 0 and len(counted(attempts)) >= max_attempts
+
+
+def in_run_retries(max_attempts: int) -> int | None:
+    """How often Snakemake retries a build, check or time job within one run (the rules'
+    ``retries``): ``max_attempts`` times, so a job that breaks every time reaches its terminal
+    result in the run that first tries it (its ``max_attempts``-th counted attempt writes it,
+    and the tables follow), with one retry to spare for an infrastructure failure, which does
+    not count (:func:`counted`). None for ``max_attempts`` 0 (retry forever, across runs): the
+    command line's ``--retries`` then."""
+    return max_attempts if max_attempts > 0 else None
 
 
 def terminal_status(attempts: list[dict]) -> Status:

@@ -219,7 +219,8 @@ def failure_hint(device: str, failed: dict[str, dict], stopped_by: str | None = 
         evaluation = [j for j in failed.values() if j["rule"] in ("build_task", "check_task", "time_task")]
         if evaluation and max_attempts:
             lines.append(
-                f"  a job that broke {max_attempts} times (across runs) gets a terminal crashed/timeout result"
+                f"  a job that broke {max_attempts} times gets a terminal crashed/timeout result "
+                "(a full disk, out of GPU memory beside other jobs: not counted)"
             )
         lines.append(f"  retry only what failed or is missing:  {retry}")
     lines.append(f"  tables from the results so far:       {retry} aggregate_only=true")
