@@ -28,9 +28,11 @@ onstart:
 
 onsuccess:
     print_outcome()
+    clear_stale_markers()
 
 
 onerror:
+    clear_stale_markers()
     print_failure_hint(log)
 
 
@@ -38,3 +40,4 @@ rule all:
     default_target: True
     input:
         all_targets(),
+        stale_markers,

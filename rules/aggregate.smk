@@ -3,7 +3,7 @@
 
 rule scan_references:
     input:
-        meta=scan_meta(),
+        meta=scan_meta,
     output:
         f"{RES}/reference_scan.json",
     log:
@@ -20,7 +20,7 @@ rule scan_references:
 
 rule aggregate_results:
     input:
-        **aggregate_inputs(),
+        unpack(aggregate_inputs),
     output:
         csv=report(f"{RES}/scores.csv", category="Tables"),
         summary=report(f"{RES}/summary.md", category="Tables"),
@@ -48,7 +48,7 @@ rule aggregate_results:
 # two or more release trees exist, else on request: snakemake --cores 1 transfer_report.
 rule transfer_report:
     input:
-        transfer_inputs(),
+        unpack(transfer_report_inputs),
     output:
         page=TRANSFER[0],
         figure=TRANSFER[1],
@@ -65,8 +65,7 @@ rule transfer_report:
 # published in every mode, strict next to paper, with the flags (l1bench.aggregate.slices).
 rule slice_report:
     input:
-        scores=f"{RES}/scores.csv",
-        tasks=lambda w: slice_reports()[w.name],
+        unpack(slice_inputs),
     output:
         f"{RES}/slices/{{name}}.md",
     log:

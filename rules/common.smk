@@ -1,6 +1,7 @@
 # Helpers only: config validation, the task table, paths and input functions. The logic
 # lives in l1bench.plan (tested in tests/test_plan.py): the helpers here pass it the
 # workflow's globals, and keep what needs Snakemake (workflow, ancient, WorkflowError).
+import atexit
 import os
 import subprocess
 import sys
@@ -26,6 +27,7 @@ try:
         plan,
         preflight,
         recovery,
+        staleness,
     )
     from l1bench.runner import compile_threads
     from l1bench.io import logs_dir
@@ -45,7 +47,8 @@ def stop(line):
 
 def validate_config():
     """Command-line values typed by the schema (l1bench.cliconfig), then schema validation
-    (fills defaults): a bad value stops with one line naming the key (preflight.config_error)."""
+    (fills defaults): a bad value stops with one line naming the key (preflight.config_error).
+    """
     schema = Path(workflow.basedir) / "config/schemas/config.schema.yaml"
     plan.normalise_cli_values(config, schema)
     try:
@@ -126,25 +129,13 @@ def load_local_release():
         **{k: expected_sha256(v) for k, v in BASELINE_PATHS.items()},
     }
     try:
-        return plan.load_release_files(release_inputs(), checksums)
+        tasks = plan.load_release_files(release_inputs(), checksums)
+        if tasks is not None and not IS_DEMO:
+            subset = config["levels"] != [1, 2, 3] or bool(config["tasks"])
+            staleness.check_release_complete(tasks, release_inputs()["release"], subset)
+        return tasks
     except (rel.ReleaseError, fetch.FetchError, plan.PlanError) as err:
         stop(str(err))
-
-
-def materialise_task_folders(tasks):
-    """Split a local release at parse time when task folders are missing or stale.
-
-    The folders then exist before the DAG is built, so the evaluation jobs' ancient()
-    inputs never mark committed results as outdated (a fresh clone re-times nothing). The
-    split_release rule does the same job when the release must be downloaded first.
-    """
-    from l1bench import split
-
-    sha = fetch.sha256_file(release_inputs()["release"])
-    stale = set(split.stale_task_folders(tasks, Path(f"{RES}/tasks"), sha))
-    if stale:
-        info = {"path": RELEASE_PATH, "sha256": sha}
-        split.split_release(tasks, Path(f"{RES}/tasks"), DEVICE, info, wanted=stale)
 
 
 def selected_tids():
@@ -176,12 +167,12 @@ def reserve_timing_cpus():
 
 
 def recover_from_a_killed_run():
-    """In the Snakemake process: export its token (jobs stop when it is gone, l1bench.lifeline);
-    keep the results that jobs of a killed run completed, and release that run's locks
-    (l1bench.recovery), so the next run neither redoes them nor needs --unlock."""
-    if not workflow.is_main_process:
+    """Before a run (not a dry run) plans its jobs: keep the results that jobs of a killed run
+    completed, and release that run's locks (l1bench.recovery), so the next run neither redoes
+    them nor needs --unlock. It writes only inside .snakemake/, and only after a killed run:
+    Snakemake reads both before onstart."""
+    if not workflow.is_main_process or workflow.output_settings.dryrun:
         return
-    lifeline.mark_workflow()
     kept = recovery.keep_completed_results(RES)
     if kept:
         print(
@@ -198,8 +189,6 @@ def recover_from_a_killed_run():
 
 recover_from_a_killed_run()
 LOCAL_RELEASE = load_local_release()
-if LOCAL_RELEASE is not None:
-    materialise_task_folders(LOCAL_RELEASE)
 ALL_IDS = plan.task_index(LOCAL_RELEASE)
 ALL_TIDS = [rel.task_id(lv, tk) for lv, tk in ALL_IDS]
 TIDS = selected_tids()
@@ -226,31 +215,134 @@ def task_paths(kind, protocols=None, modes=None):
     )
 
 
-def task_meta(result):
-    """Input function: the task's meta.json (ancient) for the job making ``result`` (a path
-    pattern with the rule's wildcards). None while the release is still to be fetched and split
-    in this run and ``result`` already exists: the split would otherwise re-plan every committed
-    result of a fresh clone (its meta.json is new). run_task finds the task folder by its place.
-    """
-
-    def meta(wildcards):
-        path = result.format(**dict(wildcards.items()))
-        if plan.meta_input_skipped(LOCAL_RELEASE is not None, path):
-            return []
-        return ancient(f"{RES}/tasks/{wildcards.tid}/meta.json")
-
-    return meta
+def forced_rules():
+    """Rules the user forces (-R RULE; -F: all): their jobs run, their downstream results are
+    stale (l1bench.staleness)."""
+    settings = workflow.dag_settings
+    if settings is None:  # --lint, --list-rules: no run
+        return set()
+    forced = {str(x) for x in settings.forcerun}
+    if settings.forceall:
+        forced |= {"build_task", "check_task", "time_task", "scan_references"}
+    return forced
 
 
-def scan_meta():
-    """The scan's meta.json inputs (ancient), or none while the release is still to be split
-    and the scan exists (as task_meta)."""
-    if plan.meta_input_skipped(LOCAL_RELEASE is not None, f"{RES}/reference_scan.json"):
+def expected_of(kind, protocol, mode):
+    """What a result of this kind is to record: its params and settings (l1bench.staleness)."""
+    if kind == "build":
+        return {"params": staleness.build_params(config["build"])}
+    return {
+        "params": dict(config["paper"]),
+        "settings": plan.job_settings(kind, protocol, config),
+    }
+
+
+JUDGE = staleness.Judge(
+    RES,
+    (
+        None
+        if LOCAL_RELEASE is None
+        else {t.tid: staleness.snippet_hashes(t) for t in LOCAL_RELEASE}
+    ),
+    FINGERPRINT,
+    expected_of,
+    forced_rules,
+)
+
+
+def stale_marker(what):
+    """The mark_stale marker of ``what`` (a result path without .json below RES, tables, tasks):
+    named after the reason and the content it was decided on (the result, the tables' record),
+    so that a marker left behind never stands for a later decision."""
+    why = stale_reason(what) or ""
+    source = {"tables": TABLES_RECORD, "tasks": None}.get(what, f"{RES}/{what}.json")
+    key = staleness.sha256_bytes(
+        why.encode() + b"\0" + (JUDGE.sha(source) or "").encode()
+        if source
+        else why.encode()
+    )
+    return f"{RES}/stale/{what}.{key[:12]}.txt"
+
+
+def clear_stale_markers():
+    """onsuccess, onerror: the markers of this run are spent (the next run decides anew)."""
+    import shutil
+
+    shutil.rmtree(f"{RES}/stale", ignore_errors=True)
+
+
+def stale_reason(what):
+    """Why ``what`` (as in stale_marker) is stale, one line (None: current)."""
+    if what == "tables":
+        return tables_reason()
+    if what == "tasks":
+        return split_reason()
+    return JUDGE.reason(f"{RES}/{what}.json")
+
+
+def result_path(kind, wildcards):
+    """The result a build, check or time job makes."""
+    w = dict(wildcards.items())
+    if kind == "time":
+        return f"{RES}/time/{w['protocol']}/{w['mode']}/{w['tid']}.json"
+    return f"{RES}/{kind}/{w['tid']}.json"
+
+
+def evaluation_inputs(kind):
+    """Input function of a build, check or time job: the earlier stage's result (ancient: it
+    orders, never triggers); the task folder only when the job runs (a missing, stale or forced
+    result), so a fresh clone's missing folders re-plan nothing; the stale marker when the
+    result is stale (l1bench.staleness), which reruns it in this run."""
+
+    def inputs(wildcards):
+        out = result_path(kind, wildcards)
+        tid = wildcards.tid
+        ins = {}
+        if kind in staleness.UPSTREAM:
+            ins[staleness.UPSTREAM[kind]] = ancient(
+                f"{RES}/{staleness.UPSTREAM[kind]}/{tid}.json"
+            )
+        why = JUDGE.reason(out)
+        if why or not Path(out).exists() or f"{kind}_task" in JUDGE.forced:
+            ins["meta"] = ancient(f"{RES}/tasks/{tid}/meta.json")
+        if why:
+            ins["stale"] = stale_marker(out[len(RES) + 1 : -len(".json")])
+        return ins
+
+    return inputs
+
+
+def expected_snippets(wildcards):
+    """{snippet: sha256} the job must run (None: the task folder's meta.json says)."""
+    return JUDGE.tasks.get(wildcards.tid) if JUDGE.tasks is not None else None
+
+
+def split_reason():
+    """staleness.Judge.split_reason of the release on disk (None without one)."""
+    if LOCAL_RELEASE is None:
+        return None
+    return JUDGE.split_reason(f"{RES}/tasks", LOCAL_RELEASE)
+
+
+def split_inputs(wildcards):
+    """The release files (ancient), and the stale marker when task folders differ from it."""
+    ins = {k: ancient(v) for k, v in release_inputs().items()}
+    if split_reason():
+        ins["stale"] = stale_marker("tasks")
+    return ins
+
+
+def scan_meta(wildcards):
+    """The scan's meta.json inputs (ancient) when it runs (missing or forced), else none."""
+    if (
+        Path(f"{RES}/reference_scan.json").exists()
+        and "scan_references" not in JUDGE.forced
+    ):
         return []
     return ancient(task_paths("meta"))
 
 
-def aggregate_inputs():
+def aggregate_lists():
     """plan.aggregate_inputs of this run: the selection's results and the device's others."""
     return plan.aggregate_inputs(
         RES,
@@ -273,6 +365,24 @@ def all_targets():
     )
 
 
+def stale_markers(wildcards):
+    """The mark_stale markers of this run, inputs of the default target: Snakemake looks for a
+    missing input's job only below a job that runs, so the markers are asked for from the top
+    (rule all), and each reruns the job that takes it as input (evaluation_inputs)."""
+    if config["aggregate_only"]:
+        results = []
+    else:
+        results = task_paths("build") + task_paths("check") + task_paths("time")
+    markers = [
+        stale_marker(p[len(RES) + 1 : -len(".json")])
+        for p in results
+        if JUDGE.reason(p)
+    ]
+    markers += [stale_marker("tables")] if tables_reason() else []
+    markers += [stale_marker("tasks")] if split_reason() else []
+    return markers
+
+
 def slice_reports():
     """plan.slice_reports of config ``slice_reports``; a missing file stops the run."""
     try:
@@ -292,23 +402,8 @@ def table_params():
 
 
 TABLES_RECORD = f"{RES}/{freshness.RECORD}"
-
-
-def keep_current_tables_current():
-    """Tables whose inputs are what they were made from are not re-rendered because of file
-    dates (a fresh clone): l1bench.freshness."""
-    inputs = [p for paths in aggregate_inputs().values() for p in paths]
-    tables, followers = plan.tables_followed(
-        RES, report_outputs(), TABLES_RECORD, slice_reports()
-    )
-    freshness.mark_current(
-        TABLES_RECORD,
-        RES,
-        inputs,
-        table_params(),
-        tables,
-        followers | transfer_followers(),
-    )
+TABLE_OUTPUTS = plan.report_outputs(RES, [])
+_TABLES = {}  # tables_reason's answer, meta_text's release by task id
 
 
 # The cross-release page (rule transfer_report, l1bench.aggregate.transfer).
@@ -324,15 +419,93 @@ def transfer_inputs():
     return [p for p in trees if p == f"{RES}/scores.csv" or os.path.exists(p)]
 
 
+def transfer_report_inputs(wildcards):
+    """Input function of transfer_report: the trees' scores (ancient: file dates alone never
+    re-render it), and the tables' stale marker when this device's tables are made again.
+    """
+    ins = {"scores": ancient(transfer_inputs())}
+    if tables_reason():
+        ins["stale"] = stale_marker("tables")
+    return ins
+
+
 def transfer_targets():
     """The page, in `all` once two or more release trees exist."""
     return TRANSFER if len(transfer_inputs()) >= 2 else []
 
 
-def transfer_followers():
-    """The page follows this device's tables when kept current, besides the other trees."""
-    others = [p for p in transfer_inputs() if p != f"{RES}/scores.csv"]
-    return {path: others for path in transfer_targets()}
+def meta_text(path):
+    """A task's meta.json as the split writes it (from the release in memory), else as on disk."""
+    if LOCAL_RELEASE is None:
+        return Path(path).read_bytes() if Path(path).exists() else None
+    from l1bench import split
+
+    if "tasks" not in _TABLES:
+        _TABLES["tasks"] = {t.tid: t for t in LOCAL_RELEASE}
+        _TABLES["info"] = {
+            "path": RELEASE_PATH,
+            "sha256": fetch.sha256_file(release_inputs()["release"]),
+        }
+    task = _TABLES["tasks"][Path(path).parent.name]
+    return split.meta_text(task, DEVICE, _TABLES["info"]).encode()
+
+
+def tables_digest():
+    """The digest the tables' record would hold if made now (None: not known before the run)."""
+    contents = []
+    for name, paths in aggregate_lists().items():
+        for path in paths:
+            data = meta_text(path) if name == "meta" else Path(path).read_bytes()
+            if data is None:
+                return None
+            contents.append((path, data))
+    return freshness.digest_contents(RES, contents, table_params())
+
+
+def tables_reason():
+    """staleness.Judge.tables_reason of this run (cached)."""
+    if "why" not in _TABLES:
+        lists = aggregate_lists()
+        _TABLES["why"] = JUDGE.tables_reason(
+            TABLE_OUTPUTS + [TABLES_RECORD],
+            lists["check"] + lists["time"],
+            TABLES_RECORD,
+            tables_digest,
+        )
+    return _TABLES["why"]
+
+
+def tables_run():
+    """Whether the tables are made in this run: stale, forced, or a table missing."""
+    return (
+        tables_reason() is not None
+        or "aggregate_results" in JUDGE.forced
+        or any(not Path(p).exists() for p in TABLE_OUTPUTS + [TABLES_RECORD])
+    )
+
+
+def aggregate_inputs(wildcards):
+    """Input function of aggregate_results: every input (ancient) and the stale marker when
+    the tables are made in this run; none when they are current, so neither a fresh clone's
+    file dates nor its missing task folders re-render them."""
+    if not tables_run():
+        return {}
+    ins = {k: ancient(v) for k, v in aggregate_lists().items()}
+    if tables_reason():
+        ins["stale"] = stale_marker("tables")
+    return ins
+
+
+def slice_inputs(wildcards):
+    """Input function of slice_report: the scores and the task list (ancient), and the tables'
+    stale marker when the tables are made in this run."""
+    ins = {
+        "scores": ancient(f"{RES}/scores.csv"),
+        "tasks": ancient(slice_reports()[wildcards.name]),
+    }
+    if tables_reason():
+        ins["stale"] = stale_marker("tables")
+    return ins
 
 
 def evaluation_params(kind):
@@ -371,10 +544,16 @@ def check_priority(wildcards):
 
 
 #: The run's GPU job slots (Snakemake's `gpu` resource; None without a bound), which every job
-#: can read (attempts.GPU_SLOTS_ENV): one that took fewer shared the GPU.
+#: can read (attempts.GPU_SLOTS_ENV, exported at onstart): one that took fewer shared the GPU.
 GPU_SLOTS = plan.resource_value(workflow.global_resources.get("gpu"))
-if GPU_SLOTS is not None:
-    os.environ[attempts.GPU_SLOTS_ENV] = str(GPU_SLOTS)
+
+
+def export_to_jobs():
+    """onstart: what every job of this run reads from its environment: the Snakemake process's
+    token (jobs stop when it is gone, l1bench.lifeline) and the run's GPU job slots."""
+    lifeline.mark_workflow()
+    if GPU_SLOTS is not None:
+        os.environ[attempts.GPU_SLOTS_ENV] = str(GPU_SLOTS)
 
 
 def gpu_slots(wildcards):
@@ -417,18 +596,6 @@ def planned_jobs():
     ]
 
 
-def require_split_first(planned):
-    """A finished result to be redone (forced, changed parameters) while the release is still
-    to be fetched and split in this run took no meta.json input (task_meta): stop, one line.
-    """
-    if LOCAL_RELEASE is not None:
-        return
-    redo = plan.redone_before_split(planned)
-    if redo:
-        print(plan.split_first_message(redo, DEVICE), file=sys.stderr)
-        sys.exit(1)
-
-
 def require_gpu_if_needed(planned):
     """Stop before any job (downloads included) when a check/time job this run would execute
     needs a GPU and none is visible: one line. Results decided without a GPU (no code, a
@@ -452,8 +619,8 @@ def start_run():
     """onstart (not in a dry run, which plans everything): the guards, then the bookkeeping
     that lets the next run recover if this one is killed."""
     planned = planned_jobs()
-    require_split_first(planned)
     require_gpu_if_needed(planned)
+    export_to_jobs()
     reserve_timing_cpus()
     lockfiles = getattr(workflow.persistence, "_lockfile", {}) or {}
     recovery.record_lock_owner(lockfiles.values())
@@ -513,4 +680,25 @@ def print_failure_hint(logs):
     print(f"\n{hint}", file=sys.stderr)
 
 
-keep_current_tables_current()
+def nothing_to_do_line():
+    """At exit, when the run found nothing to do: one line saying the tables are current, from
+    which GPU and dates, and how to measure afresh."""
+    dag = getattr(workflow, "_dag", None)
+    if not workflow.is_main_process or dag is None or getattr(dag, "_len", None) != 0:
+        return
+    if not dag.targetjobs or config["aggregate_only"]:
+        return
+    if not all(Path(f).exists() for job in dag.targetjobs for f in job.input):
+        return  # the DAG was not built (an error), not found complete
+    lists = aggregate_lists()
+    gpu, first, last = JUDGE.provenance(lists["check"] + lists["time"])
+    when = f", {first}" + (f" to {last}" if last != first else "") if first else ""
+    print(
+        f"Nothing to do: the tables in {RES} are current with its results "
+        f"(measured on {gpu or 'the CPU'}{when}); to measure afresh: "
+        f"snakemake --cores 1 --config device={DEVICE} results_dir=results/mine",
+        file=sys.stderr,
+    )
+
+
+atexit.register(nothing_to_do_line)

@@ -1,15 +1,33 @@
 # Stages 2-4: build (CPU, parallel), check (GPU) and time each mode (GPU), per task.
-# Inputs are ancient(): a fresh checkout or a re-downloaded identical release never
-# re-times anything. What does: a changed release checksum or protocol parameter
-# (params), or a missing/failed result. See README "Rerun policy".
+# What reruns is decided in one place (l1bench.staleness, docs/rerun-policy.md): a missing
+# result, or a stale one, whose job then takes its mark_stale marker as input.
 # A job that breaks is retried within the run until its attempts ledger gives it a terminal
 # result (l1bench.attempts.in_run_retries): the tables follow in the same run.
 RETRIES = attempts.in_run_retries(config["max_attempts"])
 
 
+# The one-line reason a result (or the tables, or the task folders) is stale, as the input that
+# reruns its job in this run; the run's markers are removed when it ends.
+rule mark_stale:
+    output:
+        f"{RES}/stale/{{what}}.{{key}}.txt",
+    log:
+        f"{LOGS}/mark_stale/{{what}}.{{key}}.log",
+    wildcard_constraints:
+        what=r"(build|check|time/\w+/\w+)/L\d+_T\d{3}|tables|tasks",
+        key=r"[0-9a-f]{12}",
+    localrule: True
+    params:
+        reason=lambda w: stale_reason(w.what) or "forced",
+    message:
+        "{wildcards.what} is stale: {params.reason}"
+    run:
+        Path(output[0]).write_text(f"{params.reason}\n")
+
+
 rule build_task:
     input:
-        meta=task_meta(f"{RES}/build/{{tid}}.json"),
+        unpack(evaluation_inputs("build")),
     output:
         f"{RES}/build/{{tid}}.json",
     log:
@@ -25,6 +43,7 @@ rule build_task:
         kind="build",
         backend="cpu" if IS_DEMO else "cuda",
         protocol_params=evaluation_params("build"),
+        snippets=expected_snippets,
         ext_dir=lambda w: f"{RES}/build/ext/{w.tid}",
         timeout=timeout("build"),
     script:
@@ -33,8 +52,7 @@ rule build_task:
 
 rule check_task:
     input:
-        meta=task_meta(f"{RES}/check/{{tid}}.json"),
-        build=ancient(f"{RES}/build/{{tid}}.json"),
+        unpack(evaluation_inputs("check")),
     output:
         f"{RES}/check/{{tid}}.json",
     log:
@@ -50,6 +68,8 @@ rule check_task:
         kind="check",
         backend="cpu" if IS_DEMO else "cuda",
         protocol_params=evaluation_params("check"),
+        settings=plan.job_settings("check", None, config),
+        snippets=expected_snippets,
         ext_dir=lambda w: f"{RES}/build/ext/{w.tid}",
         timeout=timeout("check"),
         section_timeout=timeout("gpu_section"),
@@ -59,8 +79,7 @@ rule check_task:
 
 rule time_task:
     input:
-        meta=task_meta(f"{RES}/time/{{protocol}}/{{mode}}/{{tid}}.json"),
-        check=ancient(f"{RES}/check/{{tid}}.json"),
+        unpack(evaluation_inputs("time")),
     output:
         f"{RES}/time/{{protocol}}/{{mode}}/{{tid}}.json",
     log:
@@ -78,6 +97,8 @@ rule time_task:
         backend="cpu" if IS_DEMO else "cuda",
         protocol_params=time_params,
         strict=strict_params,
+        settings=lambda w: plan.job_settings("time", w.protocol, config),
+        snippets=expected_snippets,
         ext_dir=lambda w: f"{RES}/build/ext/{w.tid}",
         timeout=timeout("time"),
         section_timeout=timeout("gpu_section"),

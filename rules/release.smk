@@ -25,9 +25,11 @@ rule fetch_release_file:
         "../scripts/fetch_release.py"
 
 
+# Task folders are made by this job only (parsing writes nothing); the evaluation jobs take
+# them as input only when they run, so a fresh clone's missing folders re-plan nothing.
 rule split_release:
     input:
-        **{k: ancient(v) for k, v in release_inputs().items()},
+        unpack(split_inputs),
     output:
         meta=expand(f"{RES}/tasks/{{tid}}/meta.json", tid=ALL_TIDS),
     log:

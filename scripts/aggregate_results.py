@@ -98,7 +98,8 @@ def main(smk):
     )
     atomic_write_text(out.report, text)
     if out.get("record"):
-        inputs = [p for name in smk.input.keys() for p in _as_list(smk.input.get(name))]
+        # what the tables read (not the stale marker that made this run re-render them)
+        inputs = [p for name in smk.input.keys() if name != "stale" for p in _as_list(smk.input.get(name))]
         params = {"device": device, "ceiling": smk.params.get("ceiling")} | tolerance.table_param(tols)
         freshness.write_record(out.record, report_dir, inputs, params)
     counts = agg.status_counts(df)

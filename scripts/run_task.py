@@ -303,6 +303,39 @@ def name_a_full_disk(main, smk) -> None:
         sys.exit(line)
 
 
+def snippets_to_run(smk, job: dict) -> dict:
+    """{snippet: sha256} of the task folder's snippets, checked against those the plan expects
+    (params ``snippets``; None: the task's meta.json): a snippet that differs stops the job with
+    one line, so no code runs under another hash than its result records."""
+    import hashlib
+    import json
+
+    from l1bench.release import SNIPPET_FILES
+
+    folder = Path(job["task_dir"])
+    expected = getattr(smk.params, "snippets", None)
+    if expected is None:
+        expected = {k: v["sha256"] for k, v in json.loads((folder / "meta.json").read_text())["snippets"].items()}
+    for name, sha in expected.items():
+        path = folder / SNIPPET_FILES[name]
+        found = hashlib.sha256(path.read_bytes()).hexdigest() if path.exists() else "missing"
+        if found != sha:
+            logging.error("%s: sha256 %s, the release's is %s", path, found[:12], sha[:12])
+            sys.exit(f"{path}: differs from the release (edited by hand?): run again to re-split it")
+    return dict(expected)
+
+
+def upstream_sha256(smk) -> str | None:
+    """sha256 of the earlier stage's result this job reads (build for a check, check for a
+    time job), recorded so that a later change of it makes this result stale."""
+    import hashlib
+
+    name = {"check": "build", "time": "check"}.get(smk.params.kind)
+    if name is None:
+        return None
+    return hashlib.sha256(Path(getattr(smk.input, name)).read_bytes()).hexdigest()
+
+
 def main(smk) -> None:
     from l1bench import attempts as attempts_mod
     from l1bench.io import atomic_write_json
@@ -318,6 +351,7 @@ def main(smk) -> None:
         sys.exit(f"{smk.rule}: not started, the run is draining")
     job = make_job(smk)
     logging.info("job %s", job)
+    snippets, upstream = snippets_to_run(smk, job), upstream_sha256(smk)
     # nothing to run: no worker (no interpreter, no CUDA context)
     ledger, max_attempts = ledger_file(smk), int(smk.config["max_attempts"])
     attempts = attempts_mod.load(ledger)
@@ -345,6 +379,12 @@ def main(smk) -> None:
             if attempts:  # it broke before: say so in the result, which replaces the ledger
                 res["failed_attempts"] = attempts
     res["release_fingerprint"] = smk.params.protocol_params["release"]
+    # what l1bench.staleness compares with the plan of a later run
+    res["snippet_sha256"] = snippets
+    if upstream is not None:
+        res["upstream_sha256"] = upstream
+    if getattr(smk.params, "settings", None) is not None:
+        res["settings"] = smk.params.settings
     res["workflow_code"] = code_fingerprint()
     atomic_write_json(smk.output[0], res)
     if attempts:  # recorded in the result now (failed_attempts)

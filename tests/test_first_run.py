@@ -7,9 +7,11 @@ would really run needs one, before anything is downloaded.
 
 import os
 import shutil
+import subprocess
+from pathlib import Path
 
 import pytest
-from helpers import SNAKEMAKE, copy_committed, copy_workflow, job_counts, run, tree_digest
+from helpers import ROOT, SNAKEMAKE, copy_committed, copy_workflow, job_counts, run, tree_digest
 
 #: no GPU, whatever the machine has
 CPU_ONLY = dict(os.environ, CUDA_VISIBLE_DEVICES="")
@@ -44,16 +46,16 @@ def main_command(work, *config, configfile=None, dry=False):
     return proc, proc.stdout + proc.stderr
 
 
-def test_without_network_no_committed_result_is_replanned(clone):
-    """Every result is committed: nothing needs a GPU; the run fails only on the download,
-    at once, saying what to do, and changes nothing."""
+def test_without_network_nothing_is_to_be_done(clone):
+    """Every result is committed and current: the main command downloads nothing, plans no job,
+    says where the tables come from and how to measure afresh, and changes nothing."""
     before = tree_digest(clone / "results/h100")
     proc, out = main_command(clone, configfile="offline.yaml")
-    assert proc.returncode != 0
-    planned = job_counts(out)
-    assert planned.get("fetch_release_file") == 3 and not EVALUATION & set(planned), planned
-    assert "download failed (no network?)" in out and "release_dir=FOLDER" in out
-    assert "needs a CUDA GPU" not in out and "CUDA fault" not in out
+    assert proc.returncode == 0, out[-2000:]
+    assert "Nothing to be done" in out and not (clone / "resources").exists()
+    line = next(x for x in out.splitlines() if x.startswith("Nothing to do:"))
+    assert "the tables in results/h100 are current with its results (measured on NVIDIA" in line
+    assert line.endswith("to measure afresh: snakemake --cores 1 --config device=h100 results_dir=results/mine")
     assert tree_digest(clone / "results/h100") == before
 
 
@@ -139,18 +141,44 @@ def test_a_bad_config_value_is_one_line(tmp_path):
         assert "Failed validating" not in out and "On instance" not in out
 
 
-def test_without_network_a_forced_result_asks_to_split_first(clone):
-    """A committed result to be redone (here forced) while the release is still to be fetched
-    and split: one line saying to split first, before any download; nothing changes."""
-    before = tree_digest(clone / "results/h100")
-    cmd = SNAKEMAKE + ["--cores", "1", "--configfile", "offline.yaml", "--forcerun", "check_task"]
-    cmd += ["--config", "device=h100"]
-    proc = run(cmd, clone, env=CPU_ONLY)
-    out = proc.stdout + proc.stderr
-    assert proc.returncode != 0
-    assert "results/h100/check/L1_T001.json and 249 more would be redone before the release is split" in out
-    assert "--until split_release" in out and not (clone / "resources").exists()
-    assert tree_digest(clone / "results/h100") == before
+def test_a_forced_check_is_planned_after_the_download_and_split_with_its_time_jobs(clone):
+    """A committed result to be redone (here forced) takes its task folder: the release is
+    fetched and split first, and the time jobs after the forced checks rerun in the same run."""
+    cmd = SNAKEMAKE + ["--cores", "1", "-n", "--configfile", "offline.yaml", "--forcerun", "check_task"]
+    proc = run(cmd + ["--config", "device=h100"], clone, env=CPU_ONLY)
+    planned = job_counts(proc.stdout + proc.stderr)
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-2000:]
+    assert planned.get("fetch_release_file") == 3 and planned.get("split_release") == 1, planned
+    assert planned.get("check_task") == 250 and planned.get("time_task") == 250, planned
+    assert not (clone / "resources").exists()
+
+
+def snapshot(root):
+    """{path: (mtime, size)} of every file below ``root`` but .git/ and .snakemake/."""
+    return {
+        str(p.relative_to(root)): (p.stat().st_mtime_ns, p.stat().st_size)
+        for p in sorted(Path(root).rglob("*"))
+        if p.is_file() and p.relative_to(root).parts[0] not in (".git", ".snakemake")
+    }
+
+
+def test_parsing_writes_nothing_and_a_fresh_clone_plans_no_gpu_job(tmp_path, release_dir):
+    """A dry run and --lint, for the demo and for h100 with its release on disk, on a fresh
+    clone with the committed results: no file outside .snakemake/ is written or touched, and
+    the h100 dry run has nothing to do."""
+    clone = tmp_path / "clone"
+    subprocess.run(["git", "clone", "-q", str(ROOT), str(clone)], check=True)
+    before = snapshot(clone)
+    h100 = ["device=h100", f"release_dir={release_dir}"]
+    for config in (["device=demo"], h100):
+        for flag in ("-n", "--lint"):
+            proc = run(SNAKEMAKE + ["--cores", "1", flag, "--config", *config], clone, env=CPU_ONLY)
+            out = proc.stdout + proc.stderr
+            assert proc.returncode == 0, out[-2000:]
+            if config == h100 and flag == "-n":
+                assert "Nothing to be done" in out and not set(job_counts(out)), out[-2000:]
+    assert snapshot(clone) == before
+    assert not subprocess.run(["git", "status", "--porcelain"], cwd=clone, capture_output=True, text=True).stdout
 
 
 def test_a_bad_environment_setting_stops_the_run_in_one_line_before_any_job(tmp_path):

@@ -261,9 +261,6 @@ def test_all_targets_report_outputs_and_what_the_tables_follow(tmp_path):
     assert plan.report_outputs("R", []) == reports[:-1]
     assert plan.all_targets(["c"], ["t"], reports, False) == ["c", "t", *reports]
     assert plan.all_targets(["c"], ["t"], reports, True) == reports
-    tables, followers = plan.tables_followed("R", reports, "R/tables_inputs.json", {"s41": "cfg/s41.yaml"})
-    assert tables == [*reports[:-1], "R/tables_inputs.json"]
-    assert followers == {"R/slices/s41.md": ["cfg/s41.yaml"]}
     path = touch(tmp_path / "slices/h100_slice41.yaml", "tasks: []\n")
     assert plan.slice_reports([path]) == {"h100_slice41": path}
     assert plan.slice_reports([]) == {}
@@ -400,13 +397,6 @@ def test_level_3_checks_go_first_only_when_the_run_times_a_compile_mode():
     assert plan.check_priority("L2_T012", ALL_MODES) == plan.CHECK_PRIORITY
 
 
-def test_a_finished_result_takes_no_meta_input_before_the_split(tmp_path):
-    done = touch(tmp_path / "check/L1_T001.json")
-    assert plan.meta_input_skipped(False, done) is True
-    assert plan.meta_input_skipped(True, done) is False
-    assert plan.meta_input_skipped(False, str(tmp_path / "check/L1_T002.json")) is False
-
-
 # --------------------------------------------------------------------------- onstart guards
 
 
@@ -422,12 +412,6 @@ def test_the_guards_pick_their_jobs(tmp_path):
         ("aggregate_results", [report]),
         ("split_release", [str(tmp_path / "tasks/L1_T001/meta.json")]),
     ]
-    assert plan.redone_before_split(planned) == sorted([done, scan])
-    assert plan.redone_before_split(planned[1:2]) == []
-    msg = plan.split_first_message(["a.json", "b.json", "c.json"], "h100")
-    assert msg.startswith("a.json and 2 more would be redone before the release is split; ")
-    assert "--config device=h100 --until split_release" in msg
-    assert plan.split_first_message(["a.json"], "h100").startswith("a.json would be redone")
     outputs, pending = plan.gpu_job_outputs(iter(planned))
     assert outputs == [done, todo]
     assert pending == {done, todo, scan, report, str(tmp_path / "tasks/L1_T001/meta.json")}

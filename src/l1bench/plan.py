@@ -12,11 +12,10 @@ everything here takes them as arguments, so it is tested without Snakemake (test
 * result paths: :func:`task_paths`, :func:`existing`, :func:`results_on_disk`,
   :func:`with_results_on_disk`
 * the tables: :func:`aggregate_inputs`, :func:`all_targets`, :func:`slice_reports`,
-  :func:`curation`, :func:`report_outputs`, :func:`table_params`, :func:`tables_followed`
+  :func:`curation`, :func:`report_outputs`, :func:`table_params`
 * the evaluation jobs: :func:`timeout`, :func:`evaluation_params`, :func:`time_priority`,
-  :func:`compile_slots`, :func:`strict_params`, :func:`meta_input_skipped`
-* the onstart guards' pure parts: :func:`redone_before_split`, :func:`split_first_message`,
-  :func:`gpu_job_outputs`
+  :func:`compile_slots`, :func:`strict_params`, :func:`job_settings`
+* the onstart guard's pure part: :func:`gpu_job_outputs`
 
 Errors a user can cause raise :class:`PlanError` (one line; the workflow turns it into a
 WorkflowError), or the release's own ``ReleaseError`` / ``FetchError``.
@@ -359,17 +358,6 @@ def table_params(device: str, config: Mapping) -> dict:
     return {"device": device, "ceiling": config["detectors"]["speedup_ceiling"]} | tolerances
 
 
-def tables_followed(
-    res: str, outputs: list[str], record: str, slices: Mapping[str, str]
-) -> tuple[list[str], dict[str, list[str]]]:
-    """What freshness.mark_current keeps current: the aggregate's tables (``outputs`` without
-    the slice reports, plus the ``record``), and each slice report with the task-list file it
-    follows besides the tables."""
-    tables = [p for p in outputs if "/slices/" not in p] + [record]
-    followers = {f"{res}/slices/{name}.md": [path] for name, path in slices.items()}
-    return tables, followers
-
-
 # --------------------------------------------------------------------------- the evaluation jobs
 
 
@@ -395,6 +383,17 @@ def evaluation_params(kind: str, fingerprint: str | None, config: Mapping) -> di
             "rtol": config["paper"]["rtol"],
         }
     return p
+
+
+def job_settings(kind: str, protocol: str | None, config: Mapping) -> dict:
+    """The parameters besides the paper protocol's that a check or time result records
+    (``settings``): the detectors of a check when the run uses them, the strict protocol's of a
+    strict time job. Compared by l1bench.staleness: a key the run does not use is not."""
+    if kind == "check":
+        return {} if config["protocol"] == "paper" else {"detectors": evaluation_params("check", None, config)["detectors"]}
+    if kind == "time" and protocol == "strict":
+        return {"strict": strict_params("strict", config["strict"])}
+    return {}
 
 
 def check_priority(tid: str | None = None, run_modes: Iterable[str] | None = None) -> int:
@@ -481,30 +480,7 @@ def strict_params(protocol: str, strict: Mapping) -> dict | None:
     return {k: v for k, v in strict.items() if k != "modes" and not (k in STRICT_OPT_IN and not v)}
 
 
-def meta_input_skipped(release_on_disk: bool, result: str) -> bool:
-    """True when the job making ``result`` takes no meta.json input: while the release is
-    still to be fetched and split in this run and ``result`` already exists, the split would
-    otherwise re-plan every committed result of a fresh clone (its meta.json is new)."""
-    return not release_on_disk and Path(result).exists()
-
-
 # --------------------------------------------------------------------------- onstart guards
-
-
-def redone_before_split(planned: Iterable[tuple[str, list[str]]]) -> list[str]:
-    """Existing outputs of the evaluation jobs among ``planned`` ([(rule, outputs)]), sorted:
-    finished results to be redone (forced, changed parameters)."""
-    return sorted(out for rule, outs in planned if rule in EVALUATION_RULES for out in outs if Path(out).exists())
-
-
-def split_first_message(redo: Sequence[str], device: str) -> str:
-    """The one line that stops a run redoing ``redo`` before the release is split."""
-    return (
-        f"{redo[0]}{f' and {len(redo) - 1} more' if len(redo) > 1 else ''} "
-        "would be redone before the release is split; "
-        f"fetch and split it first (snakemake --cores 1 --config device={device} --until split_release), "
-        "then run again"
-    )
 
 
 def gpu_job_outputs(planned: Iterable[tuple[str, list[str]]]) -> tuple[list[str], set[str]]:

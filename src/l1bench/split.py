@@ -31,6 +31,11 @@ def task_meta(task: Task, device: str, release: dict) -> dict:
     }
 
 
+def meta_text(task: Task, device: str, release: dict) -> str:
+    """The text of a task's ``meta.json``."""
+    return json.dumps(task_meta(task, device, release), indent=1, sort_keys=True) + "\n"
+
+
 def write_task_folder(task: Task, folder: Path, device: str, release: dict) -> None:
     """Write one task folder atomically: built in a sibling temp dir, then swapped in."""
     folder = Path(folder)
@@ -39,8 +44,7 @@ def write_task_folder(task: Task, folder: Path, device: str, release: dict) -> N
     try:
         for name, src in task.snippets().items():
             (tmp / SNIPPET_FILES[name]).write_text(src, encoding="utf-8")
-        meta = task_meta(task, device, release)
-        (tmp / "meta.json").write_text(json.dumps(meta, indent=1, sort_keys=True) + "\n")
+        (tmp / "meta.json").write_text(meta_text(task, device, release))
         if folder.exists():
             old = folder.with_name(f".{folder.name}.old")
             shutil.rmtree(old, ignore_errors=True)
@@ -63,19 +67,3 @@ def split_release(tasks: list[Task], out_root: Path, device: str, release: dict,
         write_task_folder(t, Path(out_root) / t.tid, device, release)
         written.append(t.tid)
     return written
-
-
-def stale_task_folders(tasks: list[Task], out_root: Path, release_sha256: str) -> list[str]:
-    """Task ids whose folder is missing, incomplete or split from another release."""
-    stale = []
-    for t in tasks:
-        folder = Path(out_root) / t.tid
-        try:
-            meta = json.loads((folder / "meta.json").read_text())
-        except (OSError, ValueError):
-            stale.append(t.tid)
-            continue
-        files_ok = all((folder / info["file"]).exists() for info in meta.get("snippets", {}).values())
-        if not files_ok or meta.get("release", {}).get("sha256") != release_sha256:
-            stale.append(t.tid)
-    return stale

@@ -1,0 +1,266 @@
+"""Which existing results are stale: the one place the workflow decides what reruns.
+
+Read-only and pure (no Snakemake): every answer comes from what a result records (its
+``snippet_sha256``, ``params``, ``settings``, kind/mode/protocol, timing version, and the
+sha256 of the earlier stage's result it was made from) compared with what the config and the
+release (parsed in memory) expect now. A missing result is not stale: Snakemake plans it
+anyway. rules/common.smk turns a stale result into a ``mark_stale`` marker input of its job, so
+the job reruns in the same run, and ``snakemake -n`` shows why (docs/rerun-policy.md).
+
+* :class:`Judge` — ``reason(path)``: why a build/check/time result is stale (None: current);
+  ``split_reason``: task folders that differ from the release; ``tables_reason``: why the
+  tables are to be made again.
+* :func:`check_release_complete` — a release that lacks tasks its levels promise.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+
+from l1bench import release as rel
+from l1bench.snippet import sha256_text
+
+try:  # the timing path's version, recorded by every time result it makes
+    from l1bench.timing import TIMING_VERSION  # type: ignore[attr-defined]
+except ImportError:  # pragma: no cover - until the timing package exports it
+    TIMING_VERSION = 7
+
+#: Timing versions whose results are current: the paper protocol's results of version 4 and 7
+#: measure the same way as the current path (``timing_design`` in older results).
+CURRENT_TIMING = {"timing_design": (4, 7), "timing_version": (TIMING_VERSION,)}
+
+#: Build settings that change how fast a build runs, not what it builds.
+BUILD_SPEED_KEYS = ("max_jobs",)
+
+#: The earlier stage of each stage.
+UPSTREAM = {"check": "build", "time": "check"}
+
+
+def sha256_bytes(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def snippet_hashes(task: rel.Task) -> dict[str, str]:
+    """{snippet name: sha256} of a task's snippets, as results record them."""
+    return {name: sha256_text(src) for name, src in task.snippets().items()}
+
+
+def check_release_complete(tasks: Iterable[rel.Task], path: str, subset: bool) -> None:
+    """ReleaseError (one line) when the release lacks tasks its levels promise or holds ids
+    outside KernelBench's levels, unless the user selected a subset (``subset``)."""
+    if subset:
+        return
+    ids = {(t.level, t.task) for t in tasks}
+    outside = sorted(
+        f"{lv}/{tk}" for lv, tk in ids if lv not in rel.KERNELBENCH_LEVELS or not 1 <= tk <= rel.KERNELBENCH_LEVELS[lv]
+    )
+    if outside:
+        raise rel.ReleaseError(
+            f"{path}: task ids outside KernelBench's levels: {', '.join(outside[:5])}"
+            f"{' ...' if len(outside) > 5 else ''} (select the others with levels/tasks)"
+        )
+    levels = sorted({lv for lv, _ in ids})
+    missing = [f"{lv}/{tk}" for lv in levels for tk in range(1, rel.KERNELBENCH_LEVELS[lv] + 1) if (lv, tk) not in ids]
+    if missing:
+        raise rel.ReleaseError(
+            f"{path}: {len(missing)} task(s) missing from levels {levels}: {', '.join(missing[:5])}"
+            f"{' ...' if len(missing) > 5 else ''} (a truncated file? select a subset with levels/tasks to go on)"
+        )
+
+
+def build_params(build: Mapping) -> dict:
+    """What a build result records as its params for config ``build``."""
+    return dict(build) | {"seed": 42}
+
+
+def _differs(recorded: Mapping | None, expected: Mapping | None, skip=()) -> list[str]:
+    """Keys both record, and whose values differ (a key one side lacks is not compared)."""
+    if not isinstance(recorded, Mapping) or not isinstance(expected, Mapping):
+        return []
+    return sorted(k for k in recorded.keys() & expected.keys() if k not in skip and recorded[k] != expected[k])
+
+
+def own_problem(res: Mapping, expect: Mapping) -> str | None:
+    """Why a result is stale by what it records itself, else None. ``expect``: kind, tid,
+    protocol, mode, snippets ({name: sha256} or None: the release is not on disk),
+    release (its sha256 or None), params, settings."""
+    for key in ("kind", "tid", "protocol", "mode"):
+        if expect.get(key) is not None and res.get(key) is not None and res[key] != expect[key]:
+            return f"made as {key} {res[key]}, expected {expect[key]}"
+    recorded = res.get("snippet_sha256")
+    if expect.get("snippets") is not None and isinstance(recorded, Mapping):
+        wanted = expect["snippets"]
+        changed = sorted(k for k in set(recorded) | set(wanted) if recorded.get(k) != wanted.get(k))
+        if changed:
+            return f"task code changed in the release ({', '.join(changed)})"
+    elif expect.get("release") and res.get("release_fingerprint") not in (None, expect["release"]):
+        return "made from another release"
+    skip = BUILD_SPEED_KEYS if expect.get("kind") == "build" else ()
+    changed = _differs(res.get("params"), expect.get("params"), skip)
+    if changed:
+        return f"protocol parameters changed ({', '.join(changed)})"
+    settings, wanted = res.get("settings"), expect.get("settings") or {}
+    if isinstance(settings, Mapping):
+        changed = [k for k in wanted if settings.get(k) != wanted[k]]
+        if changed:
+            return f"parameters changed ({', '.join(sorted(changed))})"
+    for key, current in CURRENT_TIMING.items():
+        if key in res and res[key] not in current:
+            return f"timed by timing version {res[key]}, current is {TIMING_VERSION}"
+    return None
+
+
+class Judge:
+    """Decides, read-only, which results of one results root are stale (cached per path).
+
+    ``res``: results/<device>; ``tasks``: {tid: {snippet: sha256}} of the release on disk, or
+    None when it is not (then results are compared by ``release``, the expected release sha256);
+    ``expected(kind, protocol, mode)``: {"params": ..., "settings": ...} of a job;
+    ``forced``: a callable giving the rule names the user forces (their downstream results are
+    stale), asked once the run's settings are known.
+    """
+
+    def __init__(self, res, tasks, release, expected, forced=lambda: ()):
+        self.res = Path(res)
+        self.tasks = tasks
+        self.release = release
+        self.expected = expected
+        self._forced = forced
+        self._reasons: dict[str, str | None] = {}
+        self._read: dict[str, dict | None] = {}
+        self._sha: dict[str, str | None] = {}
+
+    @property
+    def forced(self) -> set[str]:
+        if callable(self._forced):
+            self._forced = set(self._forced())
+        return self._forced
+
+    # ---------------------------------------------------------------- reading
+
+    def read(self, path) -> dict | None:
+        key = str(path)
+        if key not in self._read:
+            try:
+                data = json.loads(Path(key).read_text())
+                self._read[key] = data if isinstance(data, dict) else None
+            except (OSError, ValueError):
+                self._read[key] = None
+        return self._read[key]
+
+    def sha(self, path) -> str | None:
+        key = str(path)
+        if key not in self._sha:
+            try:
+                self._sha[key] = sha256_bytes(Path(key).read_bytes())
+            except OSError:
+                self._sha[key] = None
+        return self._sha[key]
+
+    @staticmethod
+    def parse(path: Path, res: Path) -> tuple[str, str | None, str | None, str]:
+        """(kind, protocol, mode, tid) of a result path."""
+        parts = path.relative_to(res).parts
+        tid = Path(parts[-1]).stem
+        if parts[0] == "time":
+            return "time", parts[1], parts[2], tid
+        return parts[0], None, None, tid
+
+    def upstream(self, path: Path) -> Path | None:
+        kind, _, _, tid = self.parse(path, self.res)
+        stage = UPSTREAM.get(kind)
+        return self.res / stage / f"{tid}.json" if stage else None
+
+    # ---------------------------------------------------------------- decisions
+
+    def reason(self, path) -> str | None:
+        """Why the existing result ``path`` is stale (one line), None when it is current or
+        missing. Stale too when its earlier stage's result is stale, missing, forced, or
+        another than the one it was made from."""
+        path = Path(path)
+        key = str(path)
+        if key not in self._reasons:
+            self._reasons[key] = self._reason(path)
+        return self._reasons[key]
+
+    def _reason(self, path: Path) -> str | None:
+        res = self.read(path)
+        if res is None:
+            return None if not path.exists() else "unreadable"
+        kind, protocol, mode, tid = self.parse(path, self.res)
+        expect = {"kind": kind, "tid": tid, "protocol": protocol, "mode": mode, "release": self.release,
+                  "snippets": None if self.tasks is None else self.tasks.get(tid, {})}
+        expect |= self.expected(kind, protocol, mode)
+        why = own_problem(res, expect)
+        if why:
+            return why
+        up = self.upstream(path)
+        if up is None:
+            return None
+        stage = up.parent.name
+        if f"{stage}_task" in self.forced:
+            return f"its {stage} is forced"
+        if not up.exists():
+            return f"its {stage} result is to be made"
+        if self.reason(up):
+            return f"its {stage} is stale ({self.reason(up)})"
+        recorded = res.get("upstream_sha256")
+        if recorded is not None and recorded != self.sha(up):
+            return f"its {stage} result changed since"
+        return None
+
+    def split_reason(self, tasks_root, release_tasks) -> str | None:
+        """Task folders on disk that differ from the release (edited by hand, split from
+        another release), in one line; None when every existing folder matches. Missing
+        folders are the split's missing outputs."""
+        changed = []
+        for task in release_tasks:
+            folder = Path(tasks_root) / task.tid
+            if not (folder / "meta.json").exists():
+                continue
+            for name, src in task.snippets().items():
+                file = folder / rel.SNIPPET_FILES[name]
+                if self.sha(file) != sha256_text(src):
+                    changed.append(f"{task.tid}/{file.name}")
+        if not changed:
+            return None
+        more = f" and {len(changed) - 3} more" if len(changed) > 3 else ""
+        verb = "differs" if len(changed) == 1 else "differ"
+        return f"{', '.join(changed[:3])}{more} {verb} from the release: re-split from it"
+
+    def tables_reason(self, outputs, results, record, digest) -> str | None:
+        """Why the tables are to be made again, None when they are current. ``outputs``: the
+        tables' files; ``results``: the evaluation results they read; ``record``: the
+        freshness record; ``digest``: a callable giving the current inputs' digest (None when
+        it cannot be known before the run)."""
+        if any(not Path(p).exists() for p in outputs):
+            return None  # a missing table: Snakemake makes the tables anyway
+        for path in results:
+            if not Path(path).exists():
+                return f"{path} is to be made"
+            if self.reason(path):
+                return f"{path} is stale"
+        if self.forced & {"build_task", "check_task", "time_task", "scan_references"}:
+            return "results are forced"
+        try:
+            recorded = json.loads(Path(record).read_text()).get("sha256")
+        except (OSError, ValueError, AttributeError):
+            return "no record of what the tables were made from"
+        now = digest()
+        if now is not None and now != recorded:
+            return "the results differ from those the tables were made from"
+        return None
+
+    def provenance(self, paths) -> tuple[str | None, str | None, str | None]:
+        """(GPU, first, last date) of the results ``paths`` that ran a worker."""
+        gpus, dates = set(), []
+        for path in paths:
+            prov = (self.read(path) or {}).get("provenance") or {}
+            if prov.get("gpu"):
+                gpus.add(prov["gpu"])
+            if prov.get("finished"):
+                dates.append(str(prov["finished"])[:10])
+        return (", ".join(sorted(gpus)) or None, min(dates, default=None), max(dates, default=None))
