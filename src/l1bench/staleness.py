@@ -23,10 +23,7 @@ from pathlib import Path
 from l1bench import release as rel
 from l1bench.snippet import sha256_text
 
-try:  # the timing path's version, recorded by every time result it makes
-    from l1bench.timing import TIMING_VERSION  # type: ignore[attr-defined]
-except ImportError:  # pragma: no cover - until the timing package exports it
-    TIMING_VERSION = 7
+from l1bench.timing import TIMING_VERSION
 
 #: Timing versions whose results are current: the paper protocol's results of version 4 and 7
 #: measure the same way as the current path (``timing_design`` in older results).
