@@ -22,7 +22,6 @@ from pathlib import Path
 
 from l1bench import release as rel
 from l1bench.snippet import sha256_text
-
 from l1bench.timing import TIMING_VERSION
 
 #: Timing versions whose results are current: the paper protocol's results of version 4 and 7
