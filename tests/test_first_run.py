@@ -149,7 +149,7 @@ def test_a_forced_check_is_planned_after_the_download_and_split_with_its_time_jo
     planned = job_counts(proc.stdout + proc.stderr)
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-2000:]
     assert planned.get("fetch_release_file") == 3 and planned.get("split_release") == 1, planned
-    assert planned.get("check_task") == 250 and planned.get("time_task") == 250, planned
+    assert planned.get("check_task") == 250 and planned.get("time_task") >= 1250, planned
     assert not (clone / "resources").exists()
 
 
