@@ -58,7 +58,7 @@ rule transfer_report:
         "../envs/environment.yaml"
     shell:
         "python -m l1bench.aggregate.transfer --out {output.page} --figure {output.figure}"
-        " {input} 2> {log}"
+        " {input.scores} 2> {log}"
 
 
 # A task selection (config slice_reports: YAML files with a tasks: list) measured next to
