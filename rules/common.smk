@@ -379,7 +379,8 @@ def stale_markers(wildcards):
         if JUDGE.reason(p)
     ]
     markers += [stale_marker("tables")] if tables_reason() else []
-    markers += [stale_marker("tasks")] if split_reason() else []
+    if split_reason():  # the folders too, so that the split is in the DAG to take its marker
+        markers += [stale_marker("tasks"), *expand(f"{RES}/tasks/{{tid}}/meta.json", tid=ALL_TIDS)]
     return markers
 
 
