@@ -155,7 +155,7 @@ def reserve_timing_cpus():
         workflow.local_exec, IS_DEMO, config["aggregate_only"]
     ):
         return []
-    from l1bench import gpulock
+    from l1bench.timing import gpulock
 
     timing = gpulock.keep_workflow_off_timing_cpus(gpulock.visible_gpu_count())
     if timing:

@@ -51,7 +51,8 @@ def _timing(ref_cls, custom_cls, get_inputs, get_init_inputs, device, args) -> d
     """Strict timing and L2 sensitivity of one case; returns flags and a summary."""
     import torch
 
-    from l1bench import detectors, snippet, strict
+    from l1bench import detectors, snippet
+    from l1bench.timing import strict
 
     seed = 42
     dev = detectors.as_device(device)

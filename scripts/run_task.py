@@ -30,12 +30,10 @@ def code_fingerprint() -> dict:
     import l1bench
 
     package = Path(l1bench.__file__).parent
-    names = (
-        "worker/", "snippet.py", "strict.py", "detectors/", "gpulock.py", "timingcpus.py", "gpus.py", "hostclock.py",
-    )
+    names = ("worker/", "timing/", "snippet.py", "detectors/", "gpus.py")
 
     def digest(path: Path) -> str:
-        if path.is_dir():  # a package (worker, detectors): its modules in name order
+        if path.is_dir():  # a package (worker, timing, detectors): its modules in name order
             h = hashlib.sha256()
             for module in sorted(path.glob("*.py")):
                 h.update(module.name.encode() + b"\0" + module.read_bytes())
@@ -228,7 +226,7 @@ def run_job(smk, job: dict) -> dict:
     (:func:`l1bench.plan.serves_task_worker`), else a worker of its own; JobFailed/JobStopped as
     :func:`l1bench.runner.run_worker` raises them."""
     from l1bench import attempts
-    from l1bench.taskworker import gpu_alone
+    from l1bench.timing.taskworker import gpu_alone
 
     home = results_root(smk) / "tmp" / "task-workers"
     if attempts.takes_every_slot(*gpu_slots(smk)):
@@ -243,7 +241,7 @@ def run_job(smk, job: dict) -> dict:
 def _run_job(smk, job: dict, home: Path) -> dict:
     from l1bench.plan import serves_task_worker
     from l1bench.runner import run_worker
-    from l1bench.taskworker import run_in_task_worker
+    from l1bench.timing.taskworker import run_in_task_worker
 
     section_timeout = getattr(smk.params, "section_timeout", None)
     if serves_task_worker(job["kind"], job.get("mode")):

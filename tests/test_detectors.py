@@ -1,4 +1,4 @@
-"""Integrity layer (l1bench.detectors, l1bench.strict) against the adversarial suite, on CPU."""
+"""Integrity layer (l1bench.detectors, l1bench.timing.strict) against the adversarial suite, on CPU."""
 
 import contextlib
 import importlib.util
@@ -12,7 +12,7 @@ import pytest
 import torch
 import torch.nn as nn
 
-from l1bench import snippet, strict
+from l1bench import snippet
 from l1bench.detectors.checks import ceiling_flag, check_degenerate, check_precision
 from l1bench.detectors.flags import ALL_FLAGS, flag_names
 from l1bench.detectors.global_state import (
@@ -24,6 +24,7 @@ from l1bench.detectors.global_state import (
 from l1bench.detectors.run import run_detectors
 from l1bench.detectors.tensors import clone_values
 from l1bench.results import Flag
+from l1bench.timing import strict
 
 ROOT = Path(__file__).resolve().parents[1]
 _spec = importlib.util.spec_from_file_location("adv_cases", ROOT / "tests" / "adversarial" / "cases.py")

@@ -115,7 +115,7 @@ def test_kill_9_loses_no_result_leaves_no_process_and_counts_attempts_once(tmp_p
         # the job scripts end; a task worker (design 7) waits for its task's next step, so it
         # stays while its workflow is only stopped, and ends with it (below)
         assert wait_for(lambda: not [p for p in processes_in(tmp_path) if p[0] != second.pid
-                                     and "l1bench" in p[1] and "l1bench.worker.serve" not in p[1]], 60)
+                                     and "l1bench" in p[1] and "l1bench.timing.serve" not in p[1]], 60)
         second.kill()
         second.wait()
         assert wait_for(lambda: not processes_in(tmp_path), 15), f"left running: {processes_in(tmp_path)}"

@@ -8,8 +8,8 @@ import time
 
 import pytest
 
-from l1bench import gpulock, gpus, hostclock, timingcpus, worker
-from l1bench.worker import harness
+from l1bench import gpus, worker
+from l1bench.timing import gpulock, harness, hostclock, timingcpus
 
 
 def delta(wall_us, run_us, wait_us, nvcsw=0, nivcsw=0):
@@ -470,7 +470,7 @@ def test_a_disturbed_first_pair_is_timed_again_after_a_reset(monkeypatch):
 def test_a_phase_records_the_lock_time_it_held_not_the_pauses_in_it(tmp_path):
     """phases: the step's wall; phases_locked: its GPU-lock seconds (a pause inside, e.g. a
     compile, and the wait to take the lock back are not lock time)."""
-    from l1bench.worker.sections import phase
+    from l1bench.timing.sections import phase
 
     stats = {}
     with gpulock.DeviceLock("cpu", tmp_path, stats), phase(stats, "step"):

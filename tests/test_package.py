@@ -31,7 +31,7 @@ def test_the_command_is_installed():
 @pytest.mark.parametrize("tool", sorted(cli.TOOLS))
 def test_each_subcommand_runs_its_modules_main(tool, capsys):
     """``l1bench TOOL --help`` is the module's own argument parser, named after the command."""
-    assert callable(importlib.import_module(f"l1bench.{tool}").main)
+    assert callable(importlib.import_module(cli.module_of(tool)).main)
     if tool == "extensions":  # no options: its one argument is the results folder
         return
     with pytest.raises(SystemExit) as stop:
@@ -55,7 +55,7 @@ def test_an_unknown_or_missing_tool_lists_the_tools(capsys):
 
 
 def test_python_m_still_runs_each_tool():
-    for module in ("l1bench.stalls", "l1bench"):
+    for module in ("l1bench.timing.stalls", "l1bench"):
         proc = subprocess.run([sys.executable, "-m", module, "--help"], capture_output=True, text=True, check=False)
         assert proc.returncode == 0 and proc.stdout.startswith("usage:"), proc.stderr
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from helpers import ROOT, script_module
 
-from l1bench import attempts, preflight, stalls, worker
+from l1bench import attempts, preflight, worker
 from l1bench.aggregate import conventions as agg_conventions
 from l1bench.aggregate import slices as agg_slices
 from l1bench.aggregate import stats as agg_stats
@@ -22,6 +22,7 @@ from l1bench.results import (
     TaskResult,
     no_worker_needed,
 )
+from l1bench.timing import stalls
 
 H100 = ROOT / "results" / "h100"
 

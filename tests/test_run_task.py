@@ -177,8 +177,8 @@ def test_a_job_that_takes_every_gpu_slot_asks_the_idle_workers_to_leave(work, mo
     """run_job: with every one of the run's several GPU slots the job runs inside gpu_alone (the
     request file exists while its worker runs, and is gone after); with one slot, or where the
     run's slots are unknown, no request is made."""
-    from l1bench import attempts, taskworker
-    from l1bench.worker import serve
+    from l1bench import attempts
+    from l1bench.timing import serve, taskworker
 
     smk = fake_smk(work, "check", "L1_T005")
     alone = work / "results/demo/tmp/task-workers" / serve.ALONE_FILE
@@ -208,7 +208,7 @@ def test_out_of_memory_beside_others_is_retried_with_the_gpu_alone_in_the_same_r
     slots, sends the idle workers away, and passes; the result keeps the uncounted attempt."""
     from helpers import SNAKEMAKE, copy_workflow, run
 
-    from l1bench.worker import serve
+    from l1bench.timing import serve
 
     copy_workflow(tmp_path)
     demo = tmp_path / "config/demo/optimized_cuda_code/demo.json"

@@ -5,7 +5,7 @@ import json
 import pytest
 
 from l1bench import aggregate as agg
-from l1bench import stalls
+from l1bench.timing import stalls
 
 PARAMS = {"outer_trials": 7, "early_stop_below": 0.3}
 FAST = [0.030, 0.031, 0.029, 0.030, 0.030]

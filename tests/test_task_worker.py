@@ -20,9 +20,8 @@ from helpers import script_module, wait_for
 
 from l1bench import lifeline, plan
 from l1bench.runner import JobFailed
-from l1bench.taskworker import gpu_alone, run_in_task_worker, worker_name
-from l1bench.timing import TIMING_VERSION
-from l1bench.worker import serve
+from l1bench.timing import TIMING_VERSION, serve
+from l1bench.timing.taskworker import gpu_alone, run_in_task_worker, worker_name
 
 ROOT = Path(__file__).resolve().parents[1]
 # test_worker's protocol parameters, fewer trials: several steps run per test
@@ -91,11 +90,11 @@ def test_only_the_checks_and_eager_time_jobs_go_to_the_task_worker(tmp_path, mon
     """run_task sends a check and an eager-mode time job to its task's worker, a compile-mode
     time job and a build to a worker of their own; no params key says which."""
     import l1bench.runner
-    import l1bench.taskworker
+    import l1bench.timing.taskworker
 
     run_task = script_module("run_task")
     went = []
-    monkeypatch.setattr(l1bench.taskworker, "run_in_task_worker", lambda job, *a, **k: went.append("task") or {})
+    monkeypatch.setattr(l1bench.timing.taskworker, "run_in_task_worker", lambda job, *a, **k: went.append("task") or {})
     monkeypatch.setattr(l1bench.runner, "run_worker", lambda job, *a, **k: went.append("own") or {})
     for kind, mode, want in (("check", None, "task"), ("time", "cudnn", "task"), ("time", "default", "task"),
                              ("time", "torch_compile", "own"), ("build", None, "own")):
@@ -204,7 +203,7 @@ def test_how_a_worker_ended_reaches_a_job_side_that_is_not_its_parent(tmp_path, 
     that did writes ``<pid> <status>`` when it ends, and the job side reads it from there."""
     import subprocess
 
-    from l1bench import taskworker
+    from l1bench.timing import taskworker
 
     path = taskworker.exit_file(tmp_path / "L1_T001.log")
     script = f"import os, signal; print(os.getpid(), flush=True); {code}"
@@ -236,7 +235,7 @@ def test_a_killed_job_script_ends_its_step(tasks, tmp_path):
     spec = tmp_path / "job.json"
     spec.write_text(json.dumps(job(tasks, tmp_path, "L1_T005")))
     code = (
-        "import json, sys, pathlib; from l1bench.taskworker import run_in_task_worker; "
+        "import json, sys, pathlib; from l1bench.timing.taskworker import run_in_task_worker; "
         "p = pathlib.Path(sys.argv[1]); "
         "run_in_task_worker(json.loads(p.read_text()), 300, p.parent / 'L1_T005.log', p.parent / 'tw', idle_s=60)"
     )
@@ -544,7 +543,7 @@ def test_the_demo_workflow_with_task_workers(tmp_path):
     cmd = SNAKEMAKE + ["--cores", "2", "--retries", "0", "--config", "device=demo"]
     proc = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=900)
     assert proc.returncode == 1, proc.stderr[-3000:]  # the demo's hanging and crashing tasks
-    assert wait_for(lambda: not [p for p in processes_in(tmp_path) if "worker.serve" in p[1]], 15)
+    assert wait_for(lambda: not [p for p in processes_in(tmp_path) if "timing.serve" in p[1]], 15)
     res = tmp_path / "results/demo"
     for tid, status in EXPECTED_CHECK.items():
         assert json.loads((res / f"check/{tid}.json").read_text())["status"] == status, tid
@@ -573,7 +572,7 @@ def test_later_steps_take_the_first_steps_probe_verdict(monkeypatch):
     hash) is taken, instead of constructing every instance inside the lock."""
     import torch
 
-    from l1bench.worker import harness
+    from l1bench.timing import harness
 
     state = {"init": False}
     monkeypatch.setattr(harness, "cuda_initialized", lambda: state["init"])
@@ -596,7 +595,7 @@ def test_later_steps_take_the_first_steps_probe_verdict(monkeypatch):
 def test_later_steps_say_where_cuda_started(monkeypatch):
     import torch
 
-    from l1bench.worker import sections
+    from l1bench.timing import sections
 
     monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
     stats = {}
@@ -609,7 +608,7 @@ def test_later_steps_say_where_cuda_started(monkeypatch):
 
 
 def test_later_steps_take_the_lock_of_the_gpu_the_first_one_took(monkeypatch):
-    from l1bench.worker import sections
+    from l1bench.timing import sections
 
     monkeypatch.setattr(sections, "CUDA_STARTED_BEFORE", None)  # prepare() sets it: restored after
     worker = serve.TaskWorker()

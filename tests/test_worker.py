@@ -161,7 +161,7 @@ def test_crash_and_timeout_fail_the_job(tasks, tmp_path):
 def test_lock_wait_is_not_counted(tmp_path):
     import time
 
-    from l1bench.gpulock import device_lock, waited_seconds
+    from l1bench.timing.gpulock import device_lock, waited_seconds
 
     status = tmp_path / "s.json"
     stats = {}
@@ -212,7 +212,7 @@ def test_correctness_trials_as_the_harness():
 def _fake_cuda(monkeypatch):
     """A CUDA 'device' on the CPU: moves are no-ops, CUDA initialisation is a flag (replaced in
     the module whose CustomBuilder looks them up)."""
-    from l1bench.worker import harness
+    from l1bench.timing import harness
 
     state = {"init": False}
     monkeypatch.setattr(harness, "cuda_initialized", lambda: state["init"])
@@ -311,7 +311,7 @@ def test_custom_builder_keeps_gpu_init_inside_the_lock(monkeypatch):
 
 
 def test_core_plan_reserves_one_timing_cpu_per_device():
-    from l1bench.timingcpus import core_plan
+    from l1bench.timing.timingcpus import core_plan
 
     alone = lambda cpu: {cpu}  # noqa: E731 - no SMT
     timing, rest = core_plan(range(16), 1, siblings=alone)
@@ -336,7 +336,7 @@ class FakeAffinity:
     def __init__(self, monkeypatch, cpus=range(16), tids=(101, 102)):
         import os
 
-        from l1bench import timingcpus
+        from l1bench.timing import timingcpus
 
         monkeypatch.setattr(timingcpus, "thread_siblings", lambda cpu: {cpu})  # no SMT
         self.masks = {0: set(cpus)} | {t: set(cpus) for t in tids}
@@ -349,7 +349,7 @@ class FakeAffinity:
 
 
 def test_the_workflow_keeps_every_process_off_the_timing_cpu(monkeypatch):
-    from l1bench import timingcpus
+    from l1bench.timing import timingcpus
 
     monkeypatch.delenv(timingcpus.RESERVED_ENV, raising=False)
     monkeypatch.delenv(timingcpus.TIMING_CPU_ENV, raising=False)
@@ -373,7 +373,7 @@ def test_the_workflow_keeps_every_process_off_the_timing_cpu(monkeypatch):
 
 
 def test_no_timing_cpu_on_a_small_machine_or_without_gpus(monkeypatch):
-    from l1bench import timingcpus
+    from l1bench.timing import timingcpus
 
     monkeypatch.delenv(timingcpus.RESERVED_ENV, raising=False)
     aff = FakeAffinity(monkeypatch, cpus=range(2))
@@ -399,7 +399,7 @@ def test_visible_gpu_count_without_starting_cuda(monkeypatch):
 def test_lock_holder_runs_on_the_timing_cpu(tmp_path, monkeypatch):
     import os
 
-    from l1bench import gpulock, timingcpus
+    from l1bench.timing import gpulock, timingcpus
 
     if not hasattr(os, "sched_setaffinity"):
         pytest.skip("no CPU affinity on this platform")
@@ -471,7 +471,8 @@ def test_compile_backend_releases_the_lock_while_generating_code(tmp_path):
     generation lets go of the lock (and the compiled model computes what eager does)."""
     import torch
 
-    from l1bench import gpulock, worker
+    from l1bench import worker
+    from l1bench.timing import gpulock
 
     model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU())
     x = torch.randn(4, 8)
@@ -589,7 +590,8 @@ def test_extension_builds_release_the_gpu_lock(monkeypatch):
     """nvcc (or waiting for another process's nvcc) never runs inside the GPU section."""
     from torch.utils import cpp_extension, file_baton
 
-    from l1bench import gpulock, worker
+    from l1bench import worker
+    from l1bench.timing import gpulock
 
     events = []
 
@@ -682,7 +684,7 @@ def test_inductor_first_launch_steps_are_timed_with_the_lock_they_held(monkeypat
     """time_steps_of wraps the named methods once (absent ones skipped), leaves what they do
     unchanged, and accumulates each call's wall time, the part with the GPU lock held, and
     the number of calls."""
-    from l1bench import gpulock
+    from l1bench.timing import gpulock
     from l1bench.worker import torch_hooks
 
     monkeypatch.setattr(torch_hooks, "_INDUCTOR_STEPS", {})

@@ -21,7 +21,7 @@ from pathlib import Path
 try:  # the product's timing subpackage, or its older flat layout
     from l1bench.timing import hostclock, stalls
 except ImportError:
-    from l1bench import hostclock, stalls
+    from l1bench.timing import hostclock, stalls
 from l1bench.aggregate.conventions import MODE_LABELS, NA
 from l1bench.aggregate.markdown import fmt as _fmt
 from l1bench.aggregate.markdown import md_table
@@ -69,7 +69,7 @@ def run_to_run(first_root, second_root, mode: str = "default", protocol: str = "
         stopped = any(
             len(r.get("trial_scores") or []) < (r.get("params") or {}).get("outer_trials", 0) for r in (ra, rb)
         )
-        # the same comparison with each score taken without its stalled pairs (l1bench.stalls)
+        # the same comparison with each score taken without its stalled pairs (l1bench.timing.stalls)
         clean, stalled = [], 0
         for r, score in ((ra, sa), (rb, sb)):
             info = stalls.rescore(r.get("ref_ms") or [], r.get("custom_ms") or [])
@@ -117,7 +117,7 @@ def _median_of(values) -> dict:
 def by_bound(rows: list[dict], tol: float = AGREEMENT) -> dict:
     """The spread apart for the tasks whose timed calls are GPU-bound on both sides in both
     runs (``gpu``) and those with a host-bound side in either (``host``,
-    :func:`l1bench.hostclock.host_bound_sides`): n, median and maximum relative difference,
+    :func:`l1bench.timing.hostclock.host_bound_sides`): n, median and maximum relative difference,
     and how many are within ``tol``; ``unknown`` counts the tasks whose results do not say."""
     out: dict = {"unknown": sum(r.get("host_bound") is None for r in rows)}
     for name, keep in (("gpu", lambda b: b == []), ("host", lambda b: bool(b))):
@@ -254,12 +254,13 @@ def render_run_to_run(rr: dict, first_label: str, second_label: str, with_target
         "",
         f"* all {rr['n']}: median **{pct(rr['median'])}**, max **{pct(rr['max'])}**",
         f"* within ±{100 * rr.get('tol', AGREEMENT):.0f} %: **{rr.get('within', 0)} of {rr['n']}**",
-        "* timed calls stalled by the host (`l1bench.stalls`) per 1000: first "
+        "* timed calls stalled by the host (`l1bench.timing.stalls`) per 1000: first "
         + ", second ".join(f"{x:.2f}" for x in rr.get("stalled_per_1000") or [0.0, 0.0]),
         f"* the {rr['n_full']} whose two results ran all outer trials: median {pct(rr['median_full'])}, "
         f"max {pct(rr['max_full'])}",
         f"* all {rr['n']}, each score taken without the timed pairs holding a call stalled by the host "
-        f"(`l1bench.stalls`): median {pct(rr.get('median_without_stalls'))}, max {pct(rr.get('max_without_stalls'))}",
+        f"(`l1bench.timing.stalls`): median {pct(rr.get('median_without_stalls'))}, "
+        f"max {pct(rr.get('max_without_stalls'))}",
     ]
     if with_targets:
         lines.insert(7, render_targets(rr))

@@ -4,7 +4,7 @@
 each time mode): results, jobs that ran a worker, summed job wall time, summed time holding the GPU lock (the
 exclusive GPU cost), summed torch.compile warm-up, and the span from the first start to
 the last finish, and how many paper-protocol timed calls a host-side stall stretched
-(l1bench.stalls). ``--since``/``--until`` restrict it to one part of a run made in several parts.
+(l1bench.timing.stalls). ``--since``/``--until`` restrict it to one part of a run made in several parts.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from tabulate import tabulate
 try:  # the product's timing subpackage, or its older flat layout
     from l1bench.timing import hostclock, stalls
 except ImportError:
-    from l1bench import hostclock, stalls
+    from l1bench.timing import hostclock, stalls
 from l1lab.retime import prepared
 
 
@@ -483,7 +483,7 @@ def others_busy_by_second(lines, timing_cpu: int | None = None) -> dict[int, flo
 
 
 def _ok_paper_counts(rows):
-    """:func:`l1bench.stalls.ok_timed_and_stalled` of the time results among ``rows``: the
+    """:func:`l1bench.timing.stalls.ok_timed_and_stalled` of the time results among ``rows``: the
     results of the run's stall-rate headline."""
     return stalls.ok_timed_and_stalled(r for r in rows if r.get("kind") == "time")
 
@@ -493,8 +493,8 @@ LOAD_BUCKETS = ((0.0, 0.25), (0.25, 0.5), (0.5, 0.75), (0.75, 1.01))
 
 
 def stalls_by_load(rows, busy: dict[int, float]) -> list[dict]:
-    """Stalled timed calls of the ok paper-protocol time results (:mod:`l1bench.stalls`, the same
-    results as the run's stall-rate headline, :func:`l1bench.stalls.stall_rate`), bucketed by
+    """Stalled timed calls of the ok paper-protocol time results (:mod:`l1bench.timing.stalls`, the same
+    results as the run's stall-rate headline, :func:`l1bench.timing.stalls.stall_rate`), bucketed by
     how busy the other CPUs were during the step (mean of :func:`others_busy_by_second` over its
     provenance span): does the run's own load stretch its timed calls, or do stalls come at any
     load (the host's)? Steps without samples in their span are left out."""
@@ -605,7 +605,7 @@ def _paper_time(rows):
 
 def stall_causes(rows) -> Counter:
     """Why the paper results' stalled calls were stretched (``host_timing.stall_causes``, from
-    :func:`l1bench.hostclock.stall_cause`): preempted, host_lost, host_slow, driver_blocked,
+    :func:`l1bench.timing.hostclock.stall_cause`): preempted, host_lost, host_slow, driver_blocked,
     gpu, and cpu_slow where the CPU probe ran."""
     causes: Counter = Counter()
     for res in _paper_time(rows):
@@ -683,7 +683,7 @@ def describe_cpu_probe(probe: dict | None) -> str | None:
 
 
 def host_bound(rows) -> dict | None:
-    """How many ok paper results had a host-bound side (:func:`l1bench.hostclock.host_bound_sides`):
+    """How many ok paper results had a host-bound side (:func:`l1bench.timing.hostclock.host_bound_sides`):
     the reference's only, the custom code's only, both; ``known`` of them record their launches.
     None when none does."""
     counts: Counter = Counter()

@@ -301,7 +301,7 @@ def test_stalls_by_the_other_cpus_load_and_their_causes(tmp_path):
 
 def _timed(tid, start_s, stalled, step=None, status="ok", calls=10):
     """An ok paper time result of ``calls`` reference calls, ``stalled`` of them stretched 9x
-    (l1bench.stalls counts those), started ``start_s`` seconds into the hour."""
+    (l1bench.timing.stalls counts those), started ``start_s`` seconds into the hour."""
     ref = [[1.0] * (calls - stalled) + [9.0] * stalled]
     prov = {"started": f"2026-12-05T10:00:{start_s:02d}+00:00", "finished": f"2026-12-05T10:00:{start_s + 1:02d}+00:00"}
     if step is not None:

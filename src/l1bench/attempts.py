@@ -24,7 +24,7 @@ from pathlib import Path
 
 from l1bench.io import atomic_write_json
 from l1bench.results import BROKEN_STATUSES, Status
-from l1bench.strict import MEMORY_SHORT
+from l1bench.timing.strict import MEMORY_SHORT
 
 #: Terminal status by the kind of breakage (runner.JobFailed.kind).
 STATUS_BY_KIND = {"timeout": Status.TIMEOUT, "section_timeout": Status.TIMEOUT}
@@ -94,7 +94,7 @@ def takes_every_slot(job_slots, run_slots) -> bool:
     """Whether a job that took ``job_slots`` of the run's ``run_slots`` GPU job slots took all of
     several (the retry of an attempt that ran out of memory beside other jobs:
     :func:`l1bench.plan.gpu_slots`): no other GPU job of its run runs beside it, and it asks the
-    run's idle task workers to leave (:func:`l1bench.taskworker.gpu_alone`)."""
+    run's idle task workers to leave (:func:`l1bench.timing.taskworker.gpu_alone`)."""
     slots = _slot_counts(job_slots, run_slots)
     return slots is not None and slots[1] > 1 and slots[0] >= slots[1]
 

@@ -1,8 +1,8 @@
 """The ``l1bench`` command: the tools people run by hand, one subcommand each.
 
-``l1bench TOOL [ARGS...]`` is ``python -m l1bench.TOOL [ARGS...]`` (also ``python -m l1bench
-TOOL ...`` where the command is not on the PATH): it calls the module's ``main`` with the rest
-of the command line. ``l1bench TOOL --help`` lists a tool's arguments.
+``l1bench TOOL [ARGS...]`` is ``python -m MODULE [ARGS...]`` of the tool's module
+(:func:`module_of`; also ``python -m l1bench TOOL ...`` where the command is not on the PATH):
+it calls the module's ``main`` with the rest of the command line. ``l1bench TOOL --help`` lists a tool's arguments.
 """
 
 from __future__ import annotations
@@ -17,6 +17,14 @@ TOOLS = {
     "failed": "the results that broke (terminal crashed/timeout); --remove: the next run retries them",
     "stalls": "the paper results flagged TIMING_OUTLIER, one path a line",
 }
+
+#: Tools whose module is not ``l1bench.TOOL``.
+MODULES = {"stalls": "l1bench.timing.stalls"}
+
+
+def module_of(tool: str) -> str:
+    """The module a subcommand runs."""
+    return MODULES.get(tool, f"l1bench.{tool}")
 
 
 def usage() -> str:
@@ -34,7 +42,7 @@ def main(argv: list[str] | None = None) -> int:
     if tool not in TOOLS:
         print(f"l1bench: unknown tool {tool!r}\n{usage()}", file=sys.stderr)
         return 2
-    module = importlib.import_module(f"l1bench.{tool}")
+    module = importlib.import_module(module_of(tool))
     # the tool's argparse names itself after argv[0]: "l1bench TOOL" in its usage lines
     saved, sys.argv = sys.argv, [f"l1bench {tool}", *rest]
     try:

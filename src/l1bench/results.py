@@ -143,11 +143,11 @@ class Flag(_StrEnum):
     #: task's score moved by more than 15 % in two pairs or more (config/curation/<device>/
     #: run_spread.json, made by the lab's l1lab spread): one run's score is not enough for it.
     RUN_SPREAD = "RUN_SPREAD"
-    #: (paper protocol, tables only) timed calls stalled by the host change the score (l1bench.stalls).
+    #: (paper protocol, tables only) timed calls stalled by the host change the score (l1bench.timing.stalls).
     TIMING_OUTLIER = "TIMING_OUTLIER"
     #: (paper protocol, tables only) a side's timed calls are host-bound: its median launch is most
     #: of its median timed call, so the score measures the CPU as much as the kernels and moves
-    #: with the host's speed (l1bench.hostclock.host_bound_sides; results that record launches).
+    #: with the host's speed (l1bench.timing.hostclock.host_bound_sides; results that record launches).
     HOST_BOUND = "HOST_BOUND"
 
 
@@ -177,7 +177,7 @@ class TaskResult:
     allocator peaks) and, where extensions failed to build, ``extension_failures``) and by
     scripts/run_task.py (``release_fingerprint``,
     ``workflow_code``, ``failed_attempts``; ``provenance`` of a result decided without a
-    worker). Read by l1bench.aggregate (the tables), l1bench.stalls and l1bench.extensions
+    worker). Read by l1bench.aggregate (the tables), l1bench.timing.stalls and l1bench.extensions
     (and by the lab's tools, lab/l1lab).
     """
 

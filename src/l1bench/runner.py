@@ -18,8 +18,8 @@ import time
 from pathlib import Path
 
 from l1bench import lifeline
-from l1bench.gpulock import STATUS_ENV, held_seconds, waited_seconds
-from l1bench.worker import EXIT_INFRA
+from l1bench.timing.gpulock import STATUS_ENV, held_seconds, waited_seconds
+from l1bench.worker.outcome import EXIT_INFRA
 
 
 class JobFailed(RuntimeError):
@@ -153,7 +153,7 @@ def overdue(lock_status, t0: float, timeout: float, section_timeout=None, workfl
     :class:`SectionTimeout` (the lock held longer than ``section_timeout`` at a stretch) or
     ``subprocess.TimeoutExpired`` (busy longer than ``timeout`` since ``t0``, not counting the
     lock waits the status file reports); None while it may go on. Shared with the task worker's
-    job side (:mod:`l1bench.taskworker`)."""
+    job side (:mod:`l1bench.timing.taskworker`)."""
     if not lifeline.alive(workflow):
         return WorkflowGone
     if section_timeout and held_seconds(lock_status) > section_timeout:

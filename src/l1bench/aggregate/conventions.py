@@ -77,7 +77,7 @@ COLUMNS = [
     "ci95_hi",
     "finished",
     "python",
-    # paper protocol: timed calls stretched by a host-side stall (l1bench.stalls) and the score
+    # paper protocol: timed calls stretched by a host-side stall (l1bench.timing.stalls) and the score
     # without the pairs that hold one (the measured score itself is the harness's, unchanged)
     "stalled_calls",
     "score_without_stalls",

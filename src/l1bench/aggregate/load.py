@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from .. import hostclock, stalls
 from ..release import MODES, parse_task_id
 from ..results import Flag, Status, timing_version
+from ..timing import hostclock, stalls
 from .conventions import COLUMNS, MISSING, _mode_key, _protocol_key
 
 

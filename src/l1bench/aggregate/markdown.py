@@ -10,8 +10,8 @@ import numpy as np
 import pandas as pd
 from tabulate import tabulate
 
-from .. import hostclock, stalls
 from ..results import AGREEMENT, Flag, Status
+from ..timing import hostclock, stalls
 from .conventions import MISSING, MISSING_AS_ONE, NA, SPEEDUP_THRESHOLD, STAT_ROWS, _mode_key, _mode_label, status_class
 from .stats import (
     _levels,

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from .. import stalls
 from ..results import AGREEMENT, Status
+from ..timing import stalls
 from .conventions import MISSING_AS_ONE, NA, _mode_label, status_class
 from .markdown import _status_table, fmt, md_escape, md_table
 from .stats import _modes, _protocols, _without_stalls, stall_sensitivity, status_counts, summary_table

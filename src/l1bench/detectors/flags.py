@@ -9,7 +9,7 @@ from __future__ import annotations
 from .. import snippet
 from ..results import Flag
 
-#: Aliases of the flags :mod:`l1bench.strict` raises, imported from the package.
+#: Aliases of the flags :mod:`l1bench.timing.strict` raises, imported from the package.
 EVENT_SYNC_MISMATCH = Flag.EVENT_SYNC_MISMATCH
 L2_RESIDENT = Flag.L2_RESIDENT
 TIMED_OUTPUT_MISMATCH = Flag.TIMED_OUTPUT_MISMATCH

@@ -9,7 +9,7 @@ Every check and time result records the version of this path that made it,
 2. kernels only inside the GPU lock, the device synchronised before any pause of the lock,
    threads started in a section moved off the timing CPU, no garbage collection in sections,
    every timed call's host accounting recorded and disturbed pairs timed again
-   (:mod:`l1bench.hostclock`); also every call into the GPU's resource manager inside the lock;
+   (:mod:`l1bench.timing.hostclock`); also every call into the GPU's resource manager inside the lock;
 3. the driver's threads moved off the timing CPU as soon as CUDA has started;
 4. a trial's first pair that stalled in the driver, or was disturbed, is timed again after
    emptying the allocator and one warm-up call; each step in a process of its own;

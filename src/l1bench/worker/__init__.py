@@ -15,7 +15,7 @@ The paper protocol follows CUDA-L1's ``eval/eval_cuda.py`` at the pinned commit
 waiting on the custom model's own streams when its source mentions
 ``cuda.Stream``; score = mean over outer trials of mean(ref ms)/mean(custom ms).
 
-Modules, each importing only from those above it in this list:
+Modules:
 
 * :mod:`~l1bench.worker.outcome`: the result dict (``result``), a negative earlier stage carried
   forward (``upstream_status``), snippet exceptions as statuses (``guarded``), ``EXIT_INFRA``,
@@ -24,72 +24,47 @@ Modules, each importing only from those above it in this list:
   the torch.compile backend (``_BACKENDS``, ``_COMPILED_GRAPHS``), dynamo compiles and extension
   builds with the GPU lock released, failed extension builds remembered (``_FAILED_BUILDS``) and
   noted on results;
-* :mod:`~l1bench.worker.harness`: the published harness's primitives: timing calls and timed
-  pairs, laziness and correctness checks, warm-ups, ``CustomBuilder``;
-* :mod:`~l1bench.worker.sections`: GPU sections: ``exclusive`` (the GPU lock), ``claim_gpu``,
-  ``open_device``, ``phase``;
-* :mod:`~l1bench.worker.protocols`: the timing interface ``TimingProtocol`` and its two
-  implementations, ``PaperProtocol`` and ``StrictProtocol`` (delegating to
-  :func:`l1bench.strict.time_strict`);
 * :mod:`~l1bench.worker.stages`: ``do_build``, ``do_check``, ``do_time`` (the setup both
-  protocols share, then the protocol of ``job["protocol"]``);
-* :mod:`~l1bench.worker.entry`: ``run``, ``main`` (``__main__``), ``KINDS``, ``pick_device``;
-* :mod:`~l1bench.worker.serve`: a task worker: one process serving a task's check and
-  eager-mode time steps one after another (``python -m l1bench.worker.serve``).
+  protocols share, then the protocol of ``job["protocol"]``, :mod:`l1bench.timing.protocols`);
+* :mod:`~l1bench.worker.entry`: ``run``, ``main`` (``__main__``), ``KINDS``, ``pick_device``.
 
-This module re-exports the names used outside the package. They are bindings, not the names the
-code looks up: a test that replaces a function or state of the worker patches the module that
-uses it (``harness.time_call``, ``harness.cuda_initialized``, ``harness.move``,
+How a step holds the GPU and times its calls (sections, the harness's timed pairs, the
+protocols, the task worker that serves a task's steps) is :mod:`l1bench.timing`'s.
+
+This module re-exports the names used outside the package, on first use (:func:`__getattr__`):
+importing one submodule (the timing package imports ``outcome`` and ``torch_hooks``) must not
+import the whole worker, whose stages import the timing package. They are bindings, not the
+names the code looks up: a test that replaces a function or state of the worker patches the
+module that uses it (``harness.time_call``, ``harness.cuda_initialized``, ``harness.move``,
 ``torch_hooks._FAILED_BUILDS``), never ``l1bench.worker``.
 """
 
-from l1bench.results import builds_extensions
-from l1bench.snippet import InfraError
-from l1bench.worker.entry import pick_device
-from l1bench.worker.harness import (
-    RETIME_ENV,
-    CustomBuilder,
-    compare_outputs,
-    correctness_trials,
-    lazy_problems,
-    time_call,
-    timed_pairs,
-    warm_up,
-)
-from l1bench.worker.outcome import EXIT_INFRA, NO_CODE_REASON, result, upstream_status
-from l1bench.worker.sections import claim_gpu
-from l1bench.worker.torch_hooks import (
-    exclusive_extension_build,
-    extension_build_failures,
-    note_extension_failures,
-    release_lock_during_dynamo_compiles,
-    release_lock_during_extension_builds,
-    remember_failed_extension_builds,
-    wrap_baseline,
-)
+import importlib
 
-__all__ = [
-    "EXIT_INFRA",
-    "NO_CODE_REASON",
-    "RETIME_ENV",
-    "CustomBuilder",
-    "InfraError",
-    "builds_extensions",
-    "claim_gpu",
-    "compare_outputs",
-    "correctness_trials",
-    "exclusive_extension_build",
-    "extension_build_failures",
-    "lazy_problems",
-    "note_extension_failures",
-    "pick_device",
-    "release_lock_during_dynamo_compiles",
-    "release_lock_during_extension_builds",
-    "remember_failed_extension_builds",
-    "result",
-    "time_call",
-    "timed_pairs",
-    "upstream_status",
-    "warm_up",
-    "wrap_baseline",
-]
+#: Re-exported name -> the module that defines it.
+_EXPORTS = {
+    "builds_extensions": "l1bench.results",
+    "InfraError": "l1bench.snippet",
+    "pick_device": "l1bench.worker.entry",
+    **dict.fromkeys(
+        ("RETIME_ENV", "CustomBuilder", "compare_outputs", "correctness_trials", "lazy_problems", "time_call",
+         "timed_pairs", "warm_up"),
+        "l1bench.timing.harness",
+    ),
+    **dict.fromkeys(("EXIT_INFRA", "NO_CODE_REASON", "result", "upstream_status"), "l1bench.worker.outcome"),
+    "claim_gpu": "l1bench.timing.sections",
+    **dict.fromkeys(
+        ("exclusive_extension_build", "extension_build_failures", "note_extension_failures",
+         "release_lock_during_dynamo_compiles", "release_lock_during_extension_builds",
+         "remember_failed_extension_builds", "wrap_baseline"),
+        "l1bench.worker.torch_hooks",
+    ),
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str):
+    if name not in _EXPORTS:
+        raise AttributeError(f"module 'l1bench.worker' has no attribute {name!r}")
+    return getattr(importlib.import_module(_EXPORTS[name]), name)

@@ -14,11 +14,11 @@ import sys
 import time
 from pathlib import Path
 
-from l1bench import gpus, provenance, timingcpus
+from l1bench import gpus, provenance
 from l1bench.io import atomic_write_text
 from l1bench.results import NoWorker, Status, builds_extensions, no_worker_needed
 from l1bench.snippet import InfraError, SnippetError, sha256_text
-from l1bench.timing import TIMING_VERSION
+from l1bench.timing import TIMING_VERSION, timingcpus
 from l1bench.worker.outcome import EXIT_INFRA, NO_CODE_REASON, result
 from l1bench.worker.stages import do_build, do_check, do_time
 from l1bench.worker.torch_hooks import (
@@ -63,7 +63,7 @@ def _system_isolation():
 
 def gpu_memory(device: str, torch_mod=None) -> dict | None:
     """The caching allocator's peaks on ``device`` in this process since the last reset (a
-    task worker resets them before each step, :meth:`l1bench.worker.serve.TaskWorker.prepare`),
+    task worker resets them before each step, :meth:`l1bench.timing.serve.TaskWorker.prepare`),
     in MiB: what the step's tensors took at most, without the CUDA context. Host-side counters,
     no call into the driver; None where CUDA is not running (CPU, a step that never started it)."""
     if not device.startswith("cuda"):

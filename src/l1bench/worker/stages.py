@@ -2,7 +2,7 @@
 
 :func:`do_time` does what both timing protocols share (loading, the baseline and the probe of
 ``ModelNew``, the first section's reference warm-up, torch.compile's first call) and hands the
-timed sections to the protocol of ``job["protocol"]`` (:mod:`l1bench.worker.protocols`).
+timed sections to the protocol of ``job["protocol"]`` (:mod:`l1bench.timing.protocols`).
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from l1bench.snippet import (
     short,
     to_device,
 )
-from l1bench.worker.harness import (
+from l1bench.timing.harness import (
     BASELINE_MODES,
     CustomBuilder,
     construct,
@@ -34,9 +34,9 @@ from l1bench.worker.harness import (
     run_reference_warmup,
     synchronize,
 )
+from l1bench.timing.protocols import TimingSetup, protocol_for
+from l1bench.timing.sections import exclusive, phase
 from l1bench.worker.outcome import NO_CODE_REASON, guarded, result, upstream_status
-from l1bench.worker.protocols import TimingSetup, protocol_for
-from l1bench.worker.sections import exclusive, phase
 from l1bench.worker.torch_hooks import (
     COMPILE_MODES,
     inductor_steps,
@@ -171,7 +171,7 @@ def do_time(job: dict, meta: dict, snippets: dict) -> dict:
     moving the models to the device, constructing ModelNew (its __init__ may run GPU code),
     the warm-up calls and the timed pairs.
     the warm-up calls and the timed pairs. What is shared ends here; the timed sections are the
-    protocol's (:func:`l1bench.worker.protocols.protocol_for` of ``job["protocol"]``).
+    protocol's (:func:`l1bench.timing.protocols.protocol_for` of ``job["protocol"]``).
     """
     mode, device, p = job["mode"], job["device"], job["params"]
     prev = upstream_status(job)

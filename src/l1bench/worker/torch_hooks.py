@@ -22,10 +22,10 @@ import sys
 import time
 from pathlib import Path
 
-from l1bench import gpulock
 from l1bench.io import atomic_write_text
 from l1bench.results import Flag, Status
 from l1bench.snippet import short
+from l1bench.timing import gpulock
 
 COMPILE_MODES = {"torch_compile": "default", "torch_compile_reduce_overhead": "reduce-overhead"}
 

@@ -7,10 +7,10 @@ loaded, ``ModelNew`` probed, the compile mode's first call made) and hands a
 
 * :class:`PaperProtocol`: the published harness's measurement: a baseline mode's correctness
   against its own baseline, then ``outer_trials`` × ``inner_trials`` timed pairs in random order
-  (:func:`l1bench.worker.harness.timed_pairs`: disturbed pairs and a first pair stalled in the
+  (:func:`l1bench.timing.harness.timed_pairs`: disturbed pairs and a first pair stalled in the
   driver timed again), stopping early below ``early_stop_below``; score = mean over outer
   trials of mean(ref ms)/mean(custom ms).
-* :class:`StrictProtocol`: one section timed by :func:`l1bench.strict.time_strict`; score = its
+* :class:`StrictProtocol`: one section timed by :func:`l1bench.timing.strict.time_strict`; score = its
   median speedup.
 """
 
@@ -22,10 +22,10 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from l1bench import gpulock, hostclock
 from l1bench.results import Status
 from l1bench.snippet import InfraError, make_inputs
-from l1bench.worker.harness import (
+from l1bench.timing import gpulock, hostclock
+from l1bench.timing.harness import (
     BASELINE_MODES,
     CustomBuilder,
     correctness_trials,
@@ -34,8 +34,8 @@ from l1bench.worker.harness import (
     timed_pairs,
     warm_up,
 )
+from l1bench.timing.sections import phase
 from l1bench.worker.outcome import guarded, result
-from l1bench.worker.sections import phase
 from l1bench.worker.torch_hooks import _COMPILED_GRAPHS, COMPILE_MODES
 
 
@@ -49,7 +49,7 @@ class TimingSetup:
     * ``baseline_on_cpu(seed)``: (the baseline constructed under ``seed`` on the CPU, init inputs);
     * ``on_device(base_cpu, custom_cpu, seed, init_inputs)``: inside a section, (baseline moved
       and wrapped for the mode, ``ModelNew`` moved or constructed);
-    * ``gpu_section()``: a GPU section (:func:`l1bench.worker.sections.exclusive`); the job's
+    * ``gpu_section()``: a GPU section (:func:`l1bench.timing.sections.exclusive`); the job's
       first one also runs the harness's reference warm-up;
     * ``read_clocks("before" | "after")``: SM/memory clocks into ``clocks``, inside a section.
     """
@@ -185,7 +185,7 @@ class PaperProtocol(TimingProtocol):
 
 class StrictProtocol(TimingProtocol):
     """The strict protocol: one GPU section (models placed, warm-up calls, then
-    :func:`l1bench.strict.time_strict` with the global state snapshotted before ``ModelNew``
+    :func:`l1bench.timing.strict.time_strict` with the global state snapshotted before ``ModelNew``
     was constructed); score = its median speedup, its flags the result's."""
 
     name = "strict"
@@ -197,7 +197,8 @@ class StrictProtocol(TimingProtocol):
         read_clocks, clocks = setup.read_clocks, setup.clocks
         import torch
 
-        from l1bench import detectors, strict
+        from l1bench import detectors
+        from l1bench.timing import strict
 
         # Snapshot before ModelNew is constructed: strict timing restores this state before
         # every reference call, so flags a custom __init__ sets cannot change the reference.

@@ -1,7 +1,7 @@
 """A task worker: one process that serves one task's check and its eager-mode time steps, one
 after another, so that CUDA starts and the GPU's first-use work (module loading, cuDNN/cuBLAS
-set-up) is paid once per task instead of once per step. Run as ``python -m l1bench.worker.serve
-NAME IDLE_S [MAX_STEPS [MAX_IDLE [HOME]]]`` by :mod:`l1bench.taskworker` (the job script's
+set-up) is paid once per task instead of once per step. Run as ``python -m l1bench.timing.serve
+NAME IDLE_S [MAX_STEPS [MAX_IDLE [HOME]]]`` by :mod:`l1bench.timing.taskworker` (the job script's
 side), which also kills it when a step runs over its timeout.
 
 Why: a profile of the 41-task slice (2026-12-04, H200, bare machine) found 40 % of the GPU lock in each
@@ -49,10 +49,11 @@ import time
 import traceback
 from pathlib import Path
 
-from l1bench import gpus, lifeline, provenance, timingcpus
-from l1bench.gpulock import STATUS_ENV
+from l1bench import gpus, lifeline, provenance
 from l1bench.io import atomic_write_text
 from l1bench.snippet import InfraError
+from l1bench.timing import timingcpus
+from l1bench.timing.gpulock import STATUS_ENV
 from l1bench.worker.outcome import EXIT_INFRA
 
 #: Exit status of a step that raised something other than a snippet's verdict or an
@@ -186,7 +187,7 @@ class TaskWorker:
     def prepare(self, job: dict) -> None:
         """Before a step: the GPU this worker took in its first section (so the step takes the
         same GPU's lock), and the note that CUDA is already running."""
-        from l1bench.worker import sections
+        from l1bench.timing import sections
 
         if self.tid is not None and job.get("tid") != self.tid:
             raise ValueError(f"task worker of {self.tid} was sent a step of {job.get('tid')}")
@@ -263,7 +264,7 @@ def empty_device_cache(job: dict) -> None:
     device = job.get("device") or ""
     if not device.startswith("cuda") or not torch.cuda.is_initialized() or not torch.cuda.memory_reserved():
         return
-    from l1bench.worker.sections import exclusive
+    from l1bench.timing.sections import exclusive
 
     with exclusive(device, dict(job), {}):
         pass  # the section's end synchronises and empties the cache
@@ -425,7 +426,7 @@ def gpu_total_mib() -> float | None:
 #: The file in the task workers' folder (``results/<device>/tmp/task-workers``) by which a job
 #: that takes its run's every GPU slot (a retry after running out of GPU memory beside other
 #: jobs: :func:`l1bench.plan.gpu_slots`) asks the run's idle task workers to leave, so that their
-#: CUDA contexts free the GPU's memory for it (:func:`l1bench.taskworker.gpu_alone` writes it).
+#: CUDA contexts free the GPU's memory for it (:func:`l1bench.timing.taskworker.gpu_alone` writes it).
 ALONE_FILE = "gpu-alone"
 
 
@@ -442,7 +443,7 @@ def asked_to_leave(home) -> bool:
 def idle_token_stem(lock_dir, device: str | None) -> Path:
     """The idle tokens' path of ``device``'s GPU (``None``: every GPU's, as a glob) without the
     token's number: ``<lock_dir>/l1bench-<gpu>.idle``, beside the GPU's lock files."""
-    from l1bench.gpulock import _made_lock_dir, lock_name
+    from l1bench.timing.gpulock import _made_lock_dir, lock_name
 
     return _made_lock_dir(lock_dir) / f"l1bench-{'*' if device is None else lock_name(device)}.idle"
 
@@ -451,7 +452,7 @@ def idle_tokens_held(lock_dir=None) -> int:
     """How many idle tokens (:class:`IdleTokens`, every GPU's, in ``lock_dir``) a process holds:
     the idle workers bounded by them. Tokens that cannot be opened (another user's) are not
     counted; a free one is held only for the moment of the test."""
-    from l1bench.gpulock import try_flock
+    from l1bench.timing.gpulock import try_flock
 
     stem = idle_token_stem(lock_dir, None)
     held = 0
@@ -495,7 +496,7 @@ class IdleTokens:
         the default); True when one was free or there is no bound."""
         if not self.bound() or self._fh is not None:
             return True
-        from l1bench.gpulock import try_flock
+        from l1bench.timing.gpulock import try_flock
 
         stem = idle_token_stem(lock_dir, device or "cpu")
         for k in range(self.n):
@@ -515,7 +516,7 @@ class IdleTokens:
     def keep_until_exit(self) -> None:
         """Hold the token (if held) until this process has ended. A worker that leaves still
         holds its CUDA context, and tears down torch, for a while after :func:`serve` returns;
-        closing the token there told :func:`l1bench.taskworker.gpu_alone` that the worker (and
+        closing the token there told :func:`l1bench.timing.taskworker.gpu_alone` that the worker (and
         its GPU memory) was gone while it still ran. A duplicate of the token's descriptor is
         never closed by Python: the kernel closes it, and lets go of the flock, only as the
         process exits."""

@@ -13,8 +13,8 @@ import gc
 import os
 import time
 
-from l1bench import gpulock, timingcpus
 from l1bench.snippet import InfraError, short
+from l1bench.timing import gpulock, timingcpus
 
 
 @contextlib.contextmanager
@@ -35,7 +35,7 @@ def phase(stats: dict, name: str):
 #: Where the job started CUDA (``stats["cuda_started"]``).
 STARTED_INSIDE = "inside the GPU lock"
 #: Where CUDA was started when it already runs as a job's first section opens: set by a task
-#: worker (:mod:`l1bench.worker.serve`) for its later steps; None: by the snippets.
+#: worker (:mod:`l1bench.timing.serve`) for its later steps; None: by the snippets.
 CUDA_STARTED_BEFORE: str | None = None
 
 

@@ -5,7 +5,7 @@ and driver-stalled first pairs timed again (:func:`timed_pairs`), the laziness a
 checks (:func:`lazy_problems`, :func:`compare_outputs`, :func:`correctness_trials`), the warm-ups
 (:func:`run_reference_warmup`, :func:`warm_up`, :func:`renew_allocator`), and constructing models
 on the CPU with CUDA barred (:class:`CustomBuilder`). Nothing here takes the GPU lock: callers
-run these inside a section (:mod:`l1bench.worker.sections`).
+run these inside a section (:mod:`l1bench.timing.sections`).
 """
 
 from __future__ import annotations
@@ -51,7 +51,7 @@ def time_call(fn, inputs, device: str, wait_streams=(), clock=None) -> tuple[flo
     """(milliseconds of one call, what the host did while launching it).
 
     CUDA events on the current stream (a host timer on CPU). With a
-    :class:`~l1bench.hostclock.ThreadClock` the launching thread's accounting is sampled just
+    :class:`~l1bench.timing.hostclock.ThreadClock` the launching thread's accounting is sampled just
     before the start event and just after the end event is enqueued: the host part of the
     timed window (what happens after that cannot lengthen the events). Else the second item is
     None.
@@ -152,12 +152,12 @@ def _time_pair(base, custom, make_inputs_fn, rng, device: str, streams, clock) -
 
 
 def first_pair_slowed_in_driver(ref_ms: list, cus_ms: list, launches: dict) -> bool:
-    """Whether a call of the trial's first pair stalled (:func:`l1bench.stalls.stalled` against
+    """Whether a call of the trial's first pair stalled (:func:`l1bench.timing.stalls.stalled` against
     the median of the trial's other pairs on its side) while its launch, on the host, took at
     least half of the extra time: it waited in the driver (allocating), not on the GPU. A first
     call that is slower because it allocates, but not stalled, is the harness's measurement and
     is kept."""
-    from l1bench.stalls import stalled
+    from l1bench.timing.stalls import stalled
 
     if len(ref_ms) < 3:
         return False

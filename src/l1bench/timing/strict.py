@@ -42,8 +42,8 @@ import random
 import statistics
 import time
 
-from . import detectors
-from .detectors import EVENT_SYNC_MISMATCH, L2_RESIDENT, TIMED_OUTPUT_MISMATCH, make_flag
+from l1bench import detectors
+from l1bench.detectors import EVENT_SYNC_MISMATCH, L2_RESIDENT, TIMED_OUTPUT_MISMATCH, make_flag
 
 #: Defaults of the ``cfg`` keys read by :func:`time_strict` and :func:`cache_sensitivity`.
 DEFAULTS = {

@@ -159,7 +159,7 @@ class Ledger:
         self.retimed.add((trial, pair))
 
     def summary(self) -> dict:
-        from l1bench.stalls import FACTOR, MIN_EXTRA_MS, stalled
+        from l1bench.timing.stalls import FACTOR, MIN_EXTRA_MS, stalled
 
         known = [c for c in self.calls if c[4] is not None]
         kept = [c for c in self.calls if (c[0], c[1]) not in self.retimed]

@@ -6,7 +6,7 @@ eager-mode time job) does not start a worker of its own. :func:`run_in_task_work
 1. takes its task's step lock (a file lock, ``<home>/<tid>.lock``), so that one task's steps
    go to its worker one at a time (the time waiting is not counted against the timeout);
 2. connects to the task's worker (an abstract Unix socket named after the results folder and
-   the task: no file to go stale), or starts one (``python -m l1bench.worker.serve``, its own
+   the task: no file to go stale), or starts one (``python -m l1bench.timing.serve``, its own
    session and process group, in the task's extension folder, its output in
    ``<home>/<tid>.log`` between steps);
 3. sends the job, and waits for the reply as :func:`l1bench.runner.run_worker` waits for a
@@ -50,8 +50,8 @@ from l1bench.runner import (
     overdue,
     worker_env,
 )
+from l1bench.timing.serve import ALONE_FILE, AUTO, MAX_STEPS, foreign_uid, idle_tokens_held, read_line
 from l1bench.worker.outcome import EXIT_INFRA
-from l1bench.worker.serve import ALONE_FILE, AUTO, MAX_STEPS, foreign_uid, idle_tokens_held, read_line
 
 #: Seconds a new worker may take to listen (imports torch and the worker's modules).
 START_TIMEOUT_S = 120.0
@@ -171,15 +171,15 @@ def start_worker(
     max_steps: int = MAX_STEPS,
 ) -> tuple[socket.socket, int]:
     """Start the task's worker and connect to it: (connection, pid). ``max_idle``: how many
-    workers may wait idle on its GPU at once (:class:`l1bench.worker.serve.IdleTokens`; -1: as
-    many as fit its memory, :func:`l1bench.worker.serve.auto_idle_bound`); ``max_steps``: the
+    workers may wait idle on its GPU at once (:class:`l1bench.timing.serve.IdleTokens`; -1: as
+    many as fit its memory, :func:`l1bench.timing.serve.auto_idle_bound`); ``max_steps``: the
     steps it serves before it retires."""
     scratch = Path(job.get("ext_dir") or tempfile.gettempdir()).resolve()
     scratch.mkdir(parents=True, exist_ok=True)
     server_log.parent.mkdir(parents=True, exist_ok=True)
     # the workers' folder (this log's) last: the idle workers of a run leave when a job of it
     # takes the GPU alone (gpu_alone)
-    cmd = [sys.executable, "-m", "l1bench.worker.serve", name, f"{idle_s:g}", str(int(max_steps)), str(int(max_idle)),
+    cmd = [sys.executable, "-m", "l1bench.timing.serve", name, f"{idle_s:g}", str(int(max_steps)), str(int(max_idle)),
            str(server_log.parent.resolve())]
     bound = f", at most {int(max_idle)} idle on its GPU" if max_idle > 0 else ""
     bound = ", idle on its GPU at most as many as fit its memory" if max_idle < 0 else bound
