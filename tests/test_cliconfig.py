@@ -107,3 +107,17 @@ def test_a_schema_error_is_one_line_on_stderr(value, line):
     ours = [x for x in proc.stderr.splitlines() if not x.startswith(("Using workflow", "Config file"))]
     assert ours == [line], proc.stderr
     assert "Traceback" not in proc.stdout + proc.stderr
+
+
+def test_every_key_of_the_config_file_reads_back_from_the_command_line():
+    """Each documented key (config/config.yaml), written on the command line as KEY=VALUE in
+    YAML's flow style and parsed as Snakemake parses --config, is typed back to the file's value."""
+    import yaml
+    from snakemake.cli import parse_config
+
+    documented = yaml.safe_load((ROOT / "config/config.yaml").read_text())
+    for key, value in documented.items():
+        text = yaml.safe_dump(value, default_flow_style=True, width=10**6).removesuffix("\n...\n").strip()
+        given = parse_config([f"{key}={text}"])
+        cliconfig.normalise(given, SCHEMA)
+        assert given == {key: value}, (key, text)
