@@ -254,15 +254,16 @@ def _run_job(smk, job: dict, home: Path) -> dict:
 def record_failure(smk, err, log_start: int, ledger: Path) -> list:
     """Record the broken attempt ``err`` (runner.JobFailed) in the job's ledger, with this
     attempt's last error line (its job log from ``log_start``); an infrastructure failure is
-    marked, and so not counted (l1bench.attempts.counted): a full disk (named in its error) or
-    running out of GPU memory beside other jobs. Returns every attempt so far."""
+    marked, and so not counted (l1bench.attempts.counted): a full disk (its log says ENOSPC, or
+    the results' disk is full now; named in its error) or running out of GPU memory beside other
+    jobs. Returns every attempt so far."""
     from l1bench import attempts
 
     with open(smk.log[0], "rb") as fh:  # this attempt's lines
         fh.seek(log_start)
         text = fh.read().decode(errors="replace")
     error, kind, extra = str(err), err.kind, {}
-    if attempts.disk_full(text):
+    if attempts.disk_full(text) or attempts.disk_low(results_root(smk)) is not None:
         error, kind, extra = attempts.disk_full_error(error), "disk_full", {"disk_full": True}
     elif attempts.out_of_memory(text):
         slots = gpu_slots(smk)

@@ -195,7 +195,8 @@ def failing_job(tmp_path, log_text=""):
     log.parent.mkdir(parents=True, exist_ok=True)
     log.write_text(log_text)
     out = tmp_path / "results/demo/check/L1_T006.json"
-    smk = SimpleNamespace(log=[str(log)], output=[str(out)], rule="check_task", resources=SimpleNamespace(gpu=1))
+    smk = SimpleNamespace(log=[str(log)], output=[str(out)], rule="check_task", resources=SimpleNamespace(gpu=1),
+                          config={"results_dir": str(tmp_path / "results"), "device": "demo"})
     return smk, attempts.ledger_path(tmp_path / "results/demo", out)
 
 
@@ -250,3 +251,19 @@ def test_a_full_disk_in_the_job_process_ends_it_with_one_line(tmp_path):
 
     with pytest.raises(PermissionError):  # any other OSError stays what it is
         run_task.name_a_full_disk(other, smk)
+
+
+def test_a_crash_while_the_disk_is_full_is_not_counted(tmp_path, monkeypatch):
+    """A worker that broke without saying why (its output lost, or written elsewhere) while the
+    results' disk is full: a full disk, not counted."""
+    from l1bench.runner import JobFailed
+
+    run_task = script_module("run_task")
+    smk, ledger = failing_job(tmp_path, "$ python3 -m l1bench.worker job.json result.json\nworker exit -9\n")
+    crash = JobFailed("L1_T006: worker crashed (signal SIGKILL), see log")
+    got = run_task.record_failure(smk, crash, 0, ledger)
+    assert len(attempts.counted(got)) == 1  # room on the disk: the task's own crash
+    monkeypatch.setattr(attempts, "DISK_LOW_BYTES", 2**62)  # every disk is full now
+    got = run_task.record_failure(smk, crash, 0, ledger)
+    assert got[-1]["disk_full"] and got[-1]["error"].startswith("L1_T006: disk full (ENOSPC")
+    assert len(attempts.counted(got)) == 1

@@ -115,6 +115,23 @@ def disk_full(log_text: str) -> bool:
     return bool(_DISK_FULL.search(log_text))
 
 
+#: Free space below which a disk counts as full (a job that broke then broke for it).
+DISK_LOW_BYTES = 64 * 2**20
+
+
+def disk_low(path: str | Path, low: int | None = None) -> int | None:
+    """The free bytes of the disk holding ``path`` (or its nearest existing parent) when under
+    ``low`` (default :data:`DISK_LOW_BYTES`), else None."""
+    import shutil
+
+    low = DISK_LOW_BYTES if low is None else low
+    path = Path(path).absolute()
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    free = shutil.disk_usage(path).free
+    return free if free < low else None
+
+
 def is_disk_full(err: BaseException) -> bool:
     """Whether ``err`` is an OSError for a full disk (errno 28, ENOSPC)."""
     return isinstance(err, OSError) and err.errno == errno.ENOSPC

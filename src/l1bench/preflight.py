@@ -161,21 +161,15 @@ def failed_jobs(log_texts) -> dict[str, dict]:
     return dict(sorted(out.items()))
 
 
-#: Free space below which the end-of-run hint says the disk is full.
-DISK_LOW_BYTES = 64 * 2**20
-
-
-def disk_full_note(path: str | Path, low: int = DISK_LOW_BYTES) -> str | None:
+def disk_full_note(path: str | Path, low: int | None = None) -> str | None:
     """One line when the disk holding ``path`` (or its nearest existing parent) is full or nearly,
     else None: the jobs that broke may have broken for that (ENOSPC), not for their task."""
-    import shutil
-
+    free = attempts.disk_low(path, low)
+    if free is None:
+        return None
     path = Path(path).absolute()
     while not path.exists() and path != path.parent:
         path = path.parent
-    free = shutil.disk_usage(path).free
-    if free >= low:
-        return None
     return (f"The disk holding {path} is full ({free / 2**20:.0f} MiB free): jobs fail with {attempts.DISK_FULL}, "
             "not counted as attempts; free disk space, then rerun.")
 
