@@ -18,15 +18,12 @@ import statistics
 import sys
 from pathlib import Path
 
-try:  # the product's timing subpackage, or its older flat layout
-    from l1bench.timing import hostclock, stalls
-except ImportError:
-    from l1bench.timing import hostclock, stalls
 from l1bench.aggregate.conventions import MODE_LABELS, NA
 from l1bench.aggregate.markdown import fmt as _fmt
 from l1bench.aggregate.markdown import md_table
 from l1bench.io import atomic_write_text
 from l1bench.results import AGREEMENT, Status
+from l1bench.timing import hostclock, stalls
 
 
 def _num(x) -> float | None:

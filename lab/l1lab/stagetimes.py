@@ -18,10 +18,7 @@ from pathlib import Path
 
 from tabulate import tabulate
 
-try:  # the product's timing subpackage, or its older flat layout
-    from l1bench.timing import hostclock, stalls
-except ImportError:
-    from l1bench.timing import hostclock, stalls
+from l1bench.timing import hostclock, stalls
 from l1lab.retime import prepared
 
 
