@@ -24,7 +24,7 @@ from l1bench.detectors.global_state import (
 from l1bench.detectors.run import run_detectors
 from l1bench.detectors.tensors import clone_values
 from l1bench.results import Flag
-from l1bench.timing import strict
+from l1bench.timing import strict, strictcalls
 
 ROOT = Path(__file__).resolve().parents[1]
 _spec = importlib.util.spec_from_file_location("adv_cases", ROOT / "tests" / "adversarial" / "cases.py")
@@ -278,7 +278,7 @@ class _TimedCheat(nn.Module):
 
         frame = sys._getframe(1)
         while frame is not None:
-            if frame.f_code.co_name == "time" and frame.f_code.co_filename.endswith("strict.py"):
+            if frame.f_code.co_name == "time" and frame.f_code.co_filename.endswith("strictcalls.py"):
                 return torch.zeros_like(x)
             frame = frame.f_back
         return torch.relu(x)
@@ -287,13 +287,13 @@ class _TimedCheat(nn.Module):
 def test_output_checks_pick_the_wanted_number_of_early_repetitions_and_later_ones_at_that_rate():
     import random
 
-    checks = strict.OutputChecks(3, 10, random.Random(1))
+    checks = strictcalls.OutputChecks(3, 10, random.Random(1))
     assert sum(checks.picked(r) for r in range(10)) == 3
     later = sum(checks.picked(r) for r in range(10, 10010))
     assert 2500 < later < 3500  # rate 3 / 10
-    none = strict.OutputChecks(0, 10)
+    none = strictcalls.OutputChecks(0, 10)
     assert not any(none.picked(r) for r in range(100)) and none.summary()["reps"] == []
-    assert sum(strict.OutputChecks(20, 10, random.Random(2)).picked(r) for r in range(10)) == 10
+    assert sum(strictcalls.OutputChecks(20, 10, random.Random(2)).picked(r) for r in range(10)) == 10
 
 
 def test_the_copy_for_the_reference_clones_every_tensor():
@@ -467,7 +467,7 @@ def test_a_scalar_loss_that_follows_its_inputs_is_not_degenerate():
 
 def test_the_strict_pool_cap_is_the_gpus_total_memory_not_what_others_left_free(monkeypatch):
     """min(16 GiB, 30 % of total): the same pool on a crowded GPU as on an idle one (it was 30 %
-    of the free memory: session twenty's crowded H100 run stopped 11 strict results on it)."""
+    of the free memory: a crowded H100 run stopped 11 strict results on it, 2026-12-05)."""
     from types import SimpleNamespace
 
     import torch
@@ -475,7 +475,7 @@ def test_the_strict_pool_cap_is_the_gpus_total_memory_not_what_others_left_free(
     cuda = SimpleNamespace(type="cuda")
     for free in (2 << 30, 60 << 30):
         monkeypatch.setattr(torch.cuda, "mem_get_info", lambda dev, f=free: (f, 80 << 30))
-        assert strict._default_pool_bytes(cuda) == 16 << 30
+        assert strictcalls.default_pool_bytes(cuda) == 16 << 30
         monkeypatch.setattr(torch.cuda, "mem_get_info", lambda dev, f=free: (min(f, 24 << 30), 24 << 30))
-        assert strict._default_pool_bytes(cuda) == int(0.3 * (24 << 30))
-    assert strict._default_pool_bytes(SimpleNamespace(type="cpu")) == 1 << 30
+        assert strictcalls.default_pool_bytes(cuda) == int(0.3 * (24 << 30))
+    assert strictcalls.default_pool_bytes(SimpleNamespace(type="cpu")) == 1 << 30

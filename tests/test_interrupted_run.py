@@ -112,7 +112,7 @@ def test_kill_9_loses_no_result_leaves_no_process_and_counts_attempts_once(tmp_p
         outputs = [Path(str(log).replace("logs/demo/", "results/demo/").replace("_task/", "/", 1)).with_suffix(".json")
                    for log in running]
         assert wait_for(lambda: all(p.exists() for p in outputs), 120), "the running jobs did not finish"
-        # the job scripts end; a task worker (design 7) waits for its task's next step, so it
+        # the job scripts end; a task worker waits for its task's next step, so it
         # stays while its workflow is only stopped, and ends with it (below)
         assert wait_for(lambda: not [p for p in processes_in(tmp_path) if p[0] != second.pid
                                      and "l1bench" in p[1] and "l1bench.timing.serve" not in p[1]], 60)

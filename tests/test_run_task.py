@@ -178,10 +178,10 @@ def test_a_job_that_takes_every_gpu_slot_asks_the_idle_workers_to_leave(work, mo
     request file exists while its worker runs, and is gone after); with one slot, or where the
     run's slots are unknown, no request is made."""
     from l1bench import attempts
-    from l1bench.timing import serve, taskworker
+    from l1bench.timing import idle, taskworker
 
     smk = fake_smk(work, "check", "L1_T005")
-    alone = work / "results/demo/tmp/task-workers" / serve.ALONE_FILE
+    alone = work / "results/demo/tmp/task-workers" / idle.ALONE_FILE
     seen = []
     monkeypatch.setattr(taskworker, "run_in_task_worker",
                         lambda *a, **k: seen.append(alone.exists()) or {"status": "pass"})
@@ -208,11 +208,11 @@ def test_out_of_memory_beside_others_is_retried_with_the_gpu_alone_in_the_same_r
     slots, sends the idle workers away, and passes; the result keeps the uncounted attempt."""
     from helpers import SNAKEMAKE, copy_workflow, run
 
-    from l1bench.timing import serve
+    from l1bench.timing import idle
 
     copy_workflow(tmp_path)
     demo = tmp_path / "config/demo/optimized_cuda_code/demo.json"
-    alone = tmp_path / "results/demo/tmp/task-workers" / serve.ALONE_FILE
+    alone = tmp_path / "results/demo/tmp/task-workers" / idle.ALONE_FILE
     lines = [json.loads(line) for line in demo.read_text().splitlines()]
     keep = [d for d in lines if d["level_id"] == 1 and d["task_id"] in (1, 2)]
     keep[1]["custom_code"] = keep[1]["custom_code"].replace(

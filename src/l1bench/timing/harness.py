@@ -276,7 +276,7 @@ def cuda_barred():
 
 
 #: Probe verdicts of this process (:meth:`CustomBuilder.probe`), by class: a task worker's later
-#: steps (design 7, CUDA already running) take the verdict of the task's first step instead of
+#: steps (CUDA already running) take the verdict of the task's first step instead of
 #: constructing every instance inside the lock.
 _PROBED: dict[str, tuple[bool, str]] = {}
 
@@ -307,7 +307,7 @@ class CustomBuilder:
             return
         if cuda_initialized():
             earlier = _PROBED.get(self.key())
-            if earlier is not None:  # a task worker's later step (design 7): the same class
+            if earlier is not None:  # a task worker's later step: the same class
                 self.cpu_safe = earlier[0]
                 self.probe_note = f"{earlier[1]} (probed in an earlier step of this process)"
                 return

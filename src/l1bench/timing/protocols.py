@@ -96,65 +96,15 @@ class PaperProtocol(TimingProtocol):
     name = "paper"
 
     def time(self, setup: TimingSetup) -> dict:
-        job, mode, device, p, stats = setup.job, setup.mode, setup.device, setup.p, setup.stats
-        builder, get_inputs, on_dev = setup.builder, setup.get_inputs, setup.on_dev
-        rng, wait_for_streams = setup.rng, setup.wait_for_streams
-        baseline_on_cpu, on_device, gpu_section = setup.baseline_on_cpu, setup.on_device, setup.gpu_section
-        read_clocks, clocks = setup.read_clocks, setup.clocks
-
+        job, mode, p, stats = setup.job, setup.mode, setup.p, setup.stats
         if mode in BASELINE_MODES:
-            # The harness checks the custom model against this mode's baseline, not the reference.
-            base_cpu, init_inputs = baseline_on_cpu(p["seed"])
-            custom_cpu = builder.prepare(p["seed"], init_inputs)
-            with gpu_section(), phase(stats, "baseline correctness"):
-                base, custom = on_device(base_cpu, custom_cpu, p["seed"], init_inputs)
-                with guarded(f"correctness against the {mode} baseline", Status.BASELINE_ERROR):
-                    ok, why, _, _ = correctness_trials(base, custom, get_inputs, device, p)
-                del base, custom, base_cpu, custom_cpu
-            if not ok:
-                return result(job, Status.INCORRECT, f"against the {mode} baseline: {why}", **stats)
-
-        def placed(base_cpu, custom_cpu, seed, init_inputs):
-            """Inside the lock: both models on the device, the custom model's streams, and the
-            warm-up inputs."""
-            with phase(stats, "models to device"):
-                base, custom = on_device(base_cpu, custom_cpu, seed, init_inputs)
-                streams = find_model_streams(custom) if wait_for_streams else []
-            return base, custom, streams, make_inputs(get_inputs, device, on_dev)
-
+            wrong = self.against_baseline(setup)
+            if wrong is not None:
+                return wrong
         timings: dict = {"ref_ms": [], "custom_ms": [], "trial_scores": []}
         clock, ledger = hostclock.ThreadClock(), hostclock.Ledger()
-
-        def timed(base, custom, streams, warm_inputs, outer):
-            """The trial's warm-up calls and timed pairs (one exclusive section)."""
-            with phase(stats, "warm-up calls"):
-                warm_up(base, custom, warm_inputs, p["warmup"], device)
-            with phase(stats, "timed pairs"), gpulock.DeviceLock.no_pause():
-                return timed_pairs(
-                    base,
-                    custom,
-                    lambda: make_inputs(get_inputs, device, on_dev),
-                    p["inner_trials"],
-                    rng,
-                    device,
-                    streams,
-                    ledger,
-                    outer,
-                    clock,
-                    # called inside timed_pairs, in this call
-                    reset=lambda: renew_allocator(base, custom, warm_inputs, device),
-                )
-
         for outer in range(p["outer_trials"]):
-            seed = p["seed"] + outer
-            base_cpu, init_inputs = baseline_on_cpu(seed)
-            custom_cpu = builder.prepare(seed, init_inputs)
-            with gpu_section():
-                read_clocks("before")
-                base, custom, streams, warm_inputs = placed(base_cpu, custom_cpu, seed, init_inputs)
-                ref_ms, cus_ms = timed(base, custom, streams, warm_inputs, outer)
-                read_clocks("after")
-                del base, custom, base_cpu, custom_cpu, warm_inputs
+            ref_ms, cus_ms = self.trial(setup, outer, clock, ledger)
             trial_score = statistics.fmean(ref_ms) / statistics.fmean(cus_ms)
             timings["ref_ms"].append([round(v, 5) for v in ref_ms])
             timings["custom_ms"].append([round(v, 5) for v in cus_ms])
@@ -175,12 +125,72 @@ class PaperProtocol(TimingProtocol):
             n_timings=sum(len(r) for r in timings["ref_ms"]),
             ref_ms_mean=statistics.fmean(v for r in timings["ref_ms"] for v in r),
             custom_ms_mean=statistics.fmean(v for r in timings["custom_ms"] for v in r),
-            clocks_before=clocks["before"],
-            clocks_after=clocks["after"],
+            clocks_before=setup.clocks["before"],
+            clocks_after=setup.clocks["after"],
             host_timing=ledger.summary(),
             **timings,
             **stats,
         )
+
+    @staticmethod
+    def against_baseline(setup: TimingSetup) -> dict | None:
+        """The harness checks the custom model against the mode's own baseline, not the
+        reference: the ``incorrect`` result when it differs, else None."""
+        mode, p, stats = setup.mode, setup.p, setup.stats
+        base_cpu, init_inputs = setup.baseline_on_cpu(p["seed"])
+        custom_cpu = setup.builder.prepare(p["seed"], init_inputs)
+        with setup.gpu_section(), phase(stats, "baseline correctness"):
+            base, custom = setup.on_device(base_cpu, custom_cpu, p["seed"], init_inputs)
+            with guarded(f"correctness against the {mode} baseline", Status.BASELINE_ERROR):
+                ok, why, _, _ = correctness_trials(base, custom, setup.get_inputs, setup.device, p)
+            del base, custom, base_cpu, custom_cpu
+        if ok:
+            return None
+        return result(setup.job, Status.INCORRECT, f"against the {mode} baseline: {why}", **stats)
+
+    @staticmethod
+    def trial(setup: TimingSetup, outer: int, clock, ledger) -> tuple[list, list]:
+        """Outer trial ``outer`` (seed + trial), in one GPU section: both models placed (with
+        the custom model's streams and the warm-up inputs), the warm-up calls and the timed
+        pairs; (reference ms, custom ms)."""
+        device, p, stats, get_inputs, on_dev = setup.device, setup.p, setup.stats, setup.get_inputs, setup.on_dev
+        seed = p["seed"] + outer
+        base_cpu, init_inputs = setup.baseline_on_cpu(seed)
+        custom_cpu = setup.builder.prepare(seed, init_inputs)
+        with setup.gpu_section():
+            setup.read_clocks("before")
+            with phase(stats, "models to device"):
+                base, custom = setup.on_device(base_cpu, custom_cpu, seed, init_inputs)
+                streams = find_model_streams(custom) if setup.wait_for_streams else []
+            warm_inputs = make_inputs(get_inputs, device, on_dev)
+            ref_ms, cus_ms = PaperProtocol.timed(setup, (base, custom, streams, warm_inputs), outer, clock, ledger)
+            setup.read_clocks("after")
+            del base, custom, base_cpu, custom_cpu, warm_inputs
+        return ref_ms, cus_ms
+
+    @staticmethod
+    def timed(setup: TimingSetup, placed: tuple, outer: int, clock, ledger) -> tuple[list, list]:
+        """A trial's warm-up calls and timed pairs, inside its section; ``placed``: (baseline,
+        custom model, the custom model's streams, the warm-up inputs)."""
+        device, p, stats, get_inputs, on_dev = setup.device, setup.p, setup.stats, setup.get_inputs, setup.on_dev
+        base, custom, streams, warm_inputs = placed
+        with phase(stats, "warm-up calls"):
+            warm_up(base, custom, warm_inputs, p["warmup"], device)
+        with phase(stats, "timed pairs"), gpulock.DeviceLock.no_pause():
+            return timed_pairs(
+                base,
+                custom,
+                lambda: make_inputs(get_inputs, device, on_dev),
+                p["inner_trials"],
+                setup.rng,
+                device,
+                streams,
+                ledger,
+                outer,
+                clock,
+                # called inside timed_pairs, in this call
+                reset=lambda: renew_allocator(base, custom, warm_inputs, device),
+            )
 
 
 class StrictProtocol(TimingProtocol):

@@ -44,6 +44,7 @@ import time
 
 from l1bench import detectors
 from l1bench.detectors import EVENT_SYNC_MISMATCH, L2_RESIDENT, TIMED_OUTPUT_MISMATCH, make_flag
+from l1bench.timing.strictcalls import CallTimer, InputPool, L2Flusher, OutputChecks, default_pool_bytes, l2_flush_bytes
 
 #: Defaults of the ``cfg`` keys read by :func:`time_strict` and :func:`cache_sensitivity`.
 DEFAULTS = {
@@ -72,197 +73,6 @@ def _cfg(cfg) -> dict:
     c = dict(DEFAULTS)
     c.update(cfg or {})
     return c
-
-
-# --------------------------------------------------------------------------- inputs
-
-
-def _nbytes(values) -> int:
-    return sum(t.numel() * t.element_size() for t in detectors.tensors_of(values))
-
-
-class InputPool:
-    """Fresh input sets handed out once each; every set stays alive until the pool dies.
-
-    Sets are generated ``chunk`` at a time (outside any timed region), so by the
-    time a set is used later-generated sets have usually pushed it out of the
-    caches.  Holding every set means the caching allocator never hands an
-    address to two sets, so no two timed calls see the same tensor or address.
-    :meth:`take` returns None once another set would exceed ``max_bytes``.
-    """
-
-    def __init__(self, make_inputs, max_bytes: int, chunk: int = 16):
-        self._make = make_inputs
-        self._max = int(max_bytes)
-        self._chunk = max(1, int(chunk))
-        self._kept: list = []
-        self._next = 0
-        self.bytes = 0
-        self.exhausted = False
-
-    def _room_for_one(self) -> bool:
-        if not self._kept:
-            return True
-        per_set = self.bytes / len(self._kept)
-        return self.bytes + per_set <= self._max
-
-    def _refill(self) -> None:
-        for _ in range(self._chunk):
-            if not self._room_for_one():
-                self.exhausted = True
-                break
-            values = self._make()
-            self._kept.append(values)
-            self.bytes += _nbytes(values)
-
-    def take(self):
-        """The next unused input set, or None when the memory cap is reached."""
-        if self._next >= len(self._kept):
-            self._refill()
-        if self._next >= len(self._kept):
-            return None
-        values = self._kept[self._next]
-        self._next += 1
-        return values
-
-    @property
-    def used(self) -> int:
-        return self._next
-
-    @property
-    def max_bytes(self) -> int:
-        return self._max
-
-
-def _default_pool_bytes(dev) -> int:
-    """The input pool's cap: 1 GiB on a CPU, min(16 GiB, 30 % of the GPU's total memory) on
-    CUDA: 16 GiB on an H100 or H200, whatever else runs. It was 30 % of the *free* memory, so a
-    crowded GPU gave a smaller pool and fewer repetitions (session twenty: in a run with 45 idle
-    task workers on an 80 GB H100, 11 strict results stopped on the pool, 4 of them before
-    their first pair, where a run with memory to spare stopped only L3_T006). A pool that does
-    not fit now runs out of memory instead, an attempt retried with the GPU alone
-    (l1bench.attempts)."""
-    import torch
-
-    if dev.type != "cuda":
-        return 1 << 30
-    _free, total = torch.cuda.mem_get_info(dev)
-    return int(min(16 << 30, 0.3 * total))
-
-
-# --------------------------------------------------------------------------- L2 flush
-
-
-def l2_flush_bytes(dev, fallback: int = 256 << 20) -> int:
-    """Bytes to write for an L2 flush: 2x the device's L2 size (``fallback`` if unknown)."""
-    import torch
-
-    size = 0
-    try:
-        size = int(getattr(torch.cuda.get_device_properties(dev), "L2_cache_size", 0) or 0)
-    except Exception:  # noqa: BLE001 - property missing on some builds
-        size = 0
-    return 2 * size if size > 0 else int(fallback)
-
-
-class L2Flusher:
-    """Evicts the device L2 before a timed call (no-op when disabled or on CPU).
-
-    Writes a buffer of ``nbytes`` (at least 2x L2), then - with ``clean`` - reads
-    a separate zeroed buffer of half that size (the L2 size).  The write alone
-    leaves L2 full of dirty lines whose write-back to HBM would be charged to
-    the timed call; the read replaces them with clean lines, so the timed call
-    starts from a cold but clean L2.
-    """
-
-    def __init__(self, dev, nbytes: int, enabled: bool = True, clean: bool = True):
-        import torch
-
-        self.enabled = bool(enabled) and dev.type == "cuda"
-        self.nbytes = int(nbytes) if self.enabled else 0
-        self._buf = torch.empty(self.nbytes, dtype=torch.uint8, device=dev) if self.enabled else None
-        n_clean = self.nbytes // 2 // 8 if (self.enabled and clean) else 0
-        self._clean = torch.zeros(n_clean, dtype=torch.int64, device=dev) if n_clean else None
-        self._k = 0
-
-    def __call__(self) -> None:
-        if self.enabled:
-            self._k = (self._k + 1) % 251
-            self._buf.fill_(self._k)
-            if self._clean is not None:
-                self._clean.sum()  # result unused: the read is the point
-
-
-# --------------------------------------------------------------------------- timing one call
-
-
-class OutputChecks:
-    """Which timed repetitions have their custom output checked (``verify_outputs``), and what
-    the checks found. ``wanted`` of the first ``min_reps`` repetitions, picked up front, and each
-    later repetition with the rate ``wanted / min_reps``; picked by the operating system's random
-    source, so a snippet cannot replay the choice (the timing's own seed is public)."""
-
-    def __init__(self, wanted: int, min_reps: int, source: random.Random | None = None):
-        self.wanted, self.min_reps = max(0, int(wanted)), max(1, int(min_reps))
-        self._source = source or random.SystemRandom()
-        first = min(self.wanted, self.min_reps)
-        self._early = set(self._source.sample(range(self.min_reps), first)) if first else set()
-        self._rate = min(1.0, self.wanted / self.min_reps)
-        self.reps: list[int] = []
-        self.mismatch: str | None = None
-
-    def picked(self, rep: int) -> bool:
-        """Whether repetition ``rep`` (0-based) is checked; decided before its timed calls."""
-        if not self.wanted:
-            return False
-        return rep in self._early if rep < self.min_reps else self._source.random() < self._rate
-
-    def check(self, rep: int, ref_out, custom_out, atol: float, rtol: float) -> None:
-        """Compare a kept timed output with the reference's on a copy of the same inputs."""
-        self.reps.append(rep)
-        ok, why = detectors.compare_outputs(custom_out, ref_out, atol, rtol)
-        if not ok and self.mismatch is None:
-            self.mismatch = f"timed repetition {rep + 1}'s output differs from the reference's on its inputs: {why}"
-
-    def summary(self) -> dict:
-        return {"wanted": self.wanted, "reps": [r + 1 for r in self.reps], "mismatch": self.mismatch}
-
-
-class _Timer:
-    """Times one call: host perf_counter (after a device-wide sync on CUDA) and, on CUDA, events."""
-
-    def __init__(self, dev):
-        import torch
-
-        self.cuda = dev.type == "cuda"
-        self.dev = dev
-        if self.cuda:
-            self._start = torch.cuda.Event(enable_timing=True)
-            self._end = torch.cuda.Event(enable_timing=True)
-
-    def time(self, model, inputs, keep: list | None = None):
-        """``(sync_ms, event_ms or None)`` of ``model(*inputs)``; the output is dropped after,
-        or appended to ``keep`` (after the timing) when given."""
-        import torch
-
-        if self.cuda:
-            torch.cuda.synchronize(self.dev)
-            self._start.record()
-            t0 = time.perf_counter()
-            out = model(*inputs)
-            self._end.record()
-            torch.cuda.synchronize(self.dev)
-            t1 = time.perf_counter()
-            event_ms = self._start.elapsed_time(self._end)
-        else:
-            t0 = time.perf_counter()
-            out = model(*inputs)
-            t1 = time.perf_counter()
-            event_ms = None
-        if keep is not None:
-            keep.append(out)
-        del out
-        return (t1 - t0) * 1e3, event_ms
 
 
 # --------------------------------------------------------------------------- statistics
@@ -341,81 +151,94 @@ def time_strict(ref_model, custom_model, make_inputs, device, cfg=None, gpu_sect
     c = _cfg(cfg)
     dev = detectors.as_device(device)
     state = global_state if global_state is not None else detectors.snapshot_global_state()
-    pool_bytes = c["pool_bytes"] if c["pool_bytes"] is not None else _default_pool_bytes(dev)
-    pool = InputPool(make_inputs, pool_bytes, c["pool_chunk"])
-    flush = L2Flusher(dev, l2_flush_bytes(dev, c["l2_fallback_bytes"]), c["flush_l2"], c["flush_clean"])
-    timer = _Timer(dev)
-    rng = random.Random(int(c["seed"]))
-    models = {"ref": ref_model, "custom": custom_model}
-    ms = {"ref": [], "custom": []}
-    ev = {"ref": [], "custom": []}
-    rse, stop = math.inf, "max_reps"
+    pool_bytes = c["pool_bytes"] if c["pool_bytes"] is not None else default_pool_bytes(dev)
+    run = _StrictRun(ref_model, custom_model, state, c, dev, InputPool(make_inputs, pool_bytes, c["pool_chunk"]))
     section = gpu_section() if gpu_section is not None else contextlib.nullcontext()
-
-    def run_one(which, inputs, keep=None):
-        if which == "ref":
-            detectors.restore_global_state(state)
-        flush()
-        return timer.time(models[which], inputs, keep)
-
-    picks = OutputChecks(int(c["verify_outputs"] or 0), int(c["min_reps"]))
-
     try:
         with torch.no_grad(), section:
-            for _ in range(int(c["warmup"])):
-                for which in ("ref", "custom"):
-                    inputs = pool.take()
-                    if inputs is None:
-                        break
-                    run_one(which, inputs)
-            t_start = time.monotonic()
-            while True:
-                sets = {w: pool.take() for w in ("ref", "custom")}
-                if sets["ref"] is None or sets["custom"] is None:
-                    stop = "pool_memory"
-                    break
-                order = ["ref", "custom"]
-                rng.shuffle(order)
-                rep = len(ms["ref"])
-                kept = [] if picks.picked(rep) else None
-                copy = detectors.clone_values(sets["custom"]) if kept is not None else None
-                for which in order:
-                    sync_ms, event_ms = run_one(which, sets[which], kept if which == "custom" else None)
-                    ms[which].append(sync_ms)
-                    if event_ms is not None:
-                        ev[which].append(event_ms)
-                if kept is not None:
-                    detectors.restore_global_state(state)
-                    picks.check(rep, ref_model(*copy), kept[0], float(c["atol"]), float(c["rtol"]))
-                    del copy, kept
-                    if picks.mismatch:
-                        stop = "output_mismatch"
-                        break
-                n = len(ms["ref"])
-                rse = speedup_rse(ms["ref"], ms["custom"])
-                if n >= int(c["min_reps"]) and rse < float(c["rse_target"]):
-                    stop = "rse"
-                    break
-                if n >= int(c["max_reps"]):
-                    stop = "max_reps"
-                    break
-                if time.monotonic() - t_start > float(c["budget_s"]):
-                    stop = "budget"
-                    break
+            run.warm_up(int(c["warmup"]))
+            rse, stop = run.repetitions()
     finally:
         detectors.restore_global_state(state)
 
-    result = _summarise(ms, ev, c, rse, stop)
+    result = _summarise(run.ms, run.ev, c, rse, stop)
     result.update(
-        {"device": str(dev), "l2_flush": flush.enabled, "l2_flush_bytes": flush.nbytes, "pool_sets": pool.used,
-         "pool_bytes": pool.max_bytes}
+        {"device": str(dev), "l2_flush": run.flush.enabled, "l2_flush_bytes": run.flush.nbytes,
+         "pool_sets": run.pool.used, "pool_bytes": run.pool.max_bytes}
     )
-    if picks.wanted:
-        result["verified"] = picks.summary()
-        if picks.mismatch:
-            result["flags"].append(make_flag(TIMED_OUTPUT_MISMATCH, picks.mismatch))
-    del pool
+    if run.picks.wanted:
+        result["verified"] = run.picks.summary()
+        if run.picks.mismatch:
+            result["flags"].append(make_flag(TIMED_OUTPUT_MISMATCH, run.picks.mismatch))
     return result
+
+
+class _StrictRun:
+    """The timed calls of one :func:`time_strict`: each call of the reference after its global
+    state is restored, after the L2 flush; the strict (``ms``) and event (``ev``) times of each."""
+
+    def __init__(self, ref_model, custom_model, state, c: dict, dev, pool: InputPool):
+        self.models = {"ref": ref_model, "custom": custom_model}
+        self.state, self.c, self.pool = state, c, pool
+        self.flush = L2Flusher(dev, l2_flush_bytes(dev, c["l2_fallback_bytes"]), c["flush_l2"], c["flush_clean"])
+        self.timer = CallTimer(dev)
+        self.rng = random.Random(int(c["seed"]))
+        self.picks = OutputChecks(int(c["verify_outputs"] or 0), int(c["min_reps"]))
+        self.ms: dict = {"ref": [], "custom": []}
+        self.ev: dict = {"ref": [], "custom": []}
+
+    def run_one(self, which: str, inputs, keep=None):
+        if which == "ref":
+            detectors.restore_global_state(self.state)
+        self.flush()
+        return self.timer.time(self.models[which], inputs, keep)
+
+    def warm_up(self, calls: int) -> None:
+        for _ in range(calls):
+            for which in ("ref", "custom"):
+                inputs = self.pool.take()
+                if inputs is None:
+                    break
+                self.run_one(which, inputs)
+
+    def repetitions(self) -> tuple[float, str]:
+        """Time (reference, custom) pairs in random order until a stop rule holds: (the speedup's
+        relative standard error, why it stopped)."""
+        c, ms = self.c, self.ms
+        rse, t_start = math.inf, time.monotonic()
+        while True:
+            sets = {w: self.pool.take() for w in ("ref", "custom")}
+            if sets["ref"] is None or sets["custom"] is None:
+                return rse, "pool_memory"
+            if not self.repetition(sets):
+                return rse, "output_mismatch"
+            n = len(ms["ref"])
+            rse = speedup_rse(ms["ref"], ms["custom"])
+            if n >= int(c["min_reps"]) and rse < float(c["rse_target"]):
+                return rse, "rse"
+            if n >= int(c["max_reps"]):
+                return rse, "max_reps"
+            if time.monotonic() - t_start > float(c["budget_s"]):
+                return rse, "budget"
+
+    def repetition(self, sets: dict) -> bool:
+        """One timed pair; a picked one's custom output checked against the reference on a copy
+        of its inputs. False when that output differed."""
+        order = ["ref", "custom"]
+        self.rng.shuffle(order)
+        rep = len(self.ms["ref"])
+        kept = [] if self.picks.picked(rep) else None
+        copy = detectors.clone_values(sets["custom"]) if kept is not None else None
+        for which in order:
+            sync_ms, event_ms = self.run_one(which, sets[which], kept if which == "custom" else None)
+            self.ms[which].append(sync_ms)
+            if event_ms is not None:
+                self.ev[which].append(event_ms)
+        if kept is None:
+            return True
+        detectors.restore_global_state(self.state)
+        self.picks.check(rep, self.models["ref"](*copy), kept[0], float(self.c["atol"]), float(self.c["rtol"]))
+        return not self.picks.mismatch
 
 
 #: The words that mark a strict step that timed nothing for want of GPU memory (l1bench.attempts
@@ -426,8 +249,8 @@ MEMORY_SHORT = "GPU memory short"
 def measured_nothing(st: dict) -> str | None:
     """Why a :func:`time_strict` result timed no pair, None when it timed one: its input pool
     gave out before the timed loop began, as on a GPU crowded by other processes (when the cap
-    was a share of the free memory) (session twenty: 4 strict results of one H100 run were ``ok`` with no
-    score). Not a measurement: the step fails and is retried."""
+    was a share of the free memory) (2026-12-05, H100: 4 strict results of one run were ``ok``
+    with no score). Not a measurement: the step fails and is retried."""
     if st.get("n"):
         return None
     cap = st.get("pool_bytes")

@@ -50,7 +50,9 @@ from l1bench.runner import (
     overdue,
     worker_env,
 )
-from l1bench.timing.serve import ALONE_FILE, AUTO, MAX_STEPS, foreign_uid, idle_tokens_held, read_line
+from l1bench.timing.idle import ALONE_FILE, AUTO, idle_tokens_held
+from l1bench.timing.serve import foreign_uid, read_line
+from l1bench.timing.taskstate import MAX_STEPS
 from l1bench.worker.outcome import EXIT_INFRA
 
 #: Seconds a new worker may take to listen (imports torch and the worker's modules).
@@ -171,8 +173,8 @@ def start_worker(
     max_steps: int = MAX_STEPS,
 ) -> tuple[socket.socket, int]:
     """Start the task's worker and connect to it: (connection, pid). ``max_idle``: how many
-    workers may wait idle on its GPU at once (:class:`l1bench.timing.serve.IdleTokens`; -1: as
-    many as fit its memory, :func:`l1bench.timing.serve.auto_idle_bound`); ``max_steps``: the
+    workers may wait idle on its GPU at once (:class:`l1bench.timing.idle.IdleTokens`; -1: as
+    many as fit its memory, :func:`l1bench.timing.idle.auto_idle_bound`); ``max_steps``: the
     steps it serves before it retires."""
     scratch = Path(job.get("ext_dir") or tempfile.gettempdir()).resolve()
     scratch.mkdir(parents=True, exist_ok=True)
@@ -328,30 +330,50 @@ def run_in_task_worker(
 
                 line = read_line(sock, check)
             if not line:
-                if not lifeline.alive(token):
-                    # the worker ends with the workflow (its lifeline): a stop, not the task's fault
-                    kill_worker(pid)
-                    raise job_error(job["tid"], WorkflowGone, timeout, section_timeout)
-                how = how_it_ended(exit_file(home / f"{job['tid']}.log"), pid)  # before its shell goes
-                kill_worker(pid)  # whatever is left of it
-                if how is not None:  # as a one-shot worker's crash reads (the log names the worker)
-                    raise JobFailed(f"{job['tid']}: worker crashed ({how}), see log")
-                raise JobFailed(f"{job['tid']}: the task worker ({pid}) died during the step, see log")
+                raise _died(job["tid"], pid, token, home, timeout, section_timeout)
             reply = json.loads(line)
             log.write(f"task worker {pid}: step done in {reply.get('wall_s', 0):.1f} s, exit status {reply['rc']}"
                       + (f"; it retires: {reply['retire']}" if reply.get("retire") else "") + "\n")
             if allocation:  # it ends with the step: wait for it (a moment), so that it ends inside the job
                 how_it_ended(exit_file(home / f"{job['tid']}.log"), pid, wait_s=ALLOCATION_EXIT_WAIT_S)
                 kill_worker(pid)
-        if reply["rc"] == EXIT_INFRA:
-            raise JobFailed(f"{job['tid']}: infrastructure failure (CUDA fault or out of memory), see log", "infra")
-        if reply["rc"] != 0:
-            raise JobFailed(f"{job['tid']}: the step crashed in the task worker (status {reply['rc']}), see log")
-        if not out_path.exists():
-            raise JobFailed(f"{job['tid']}: the task worker replied without a result")
-        res = json.loads(out_path.read_text())
+        res = _result(job["tid"], reply, out_path)
+    return _served(res, reply, step_lock.waited_s)
+
+
+def _died(tid: str, pid: int, token, home: Path, timeout: float, section_timeout) -> Exception:
+    """Why the task worker ``pid`` closed the connection without a reply, as the exception that
+    ends the job: the workflow is gone (a stop), or the worker died during the step (a crash,
+    named as a one-shot worker's crash is where its shell recorded how it ended). Whatever is
+    left of the worker is killed."""
+    if not lifeline.alive(token):
+        # the worker ends with the workflow (its lifeline): a stop, not the task's fault
+        kill_worker(pid)
+        return job_error(tid, WorkflowGone, timeout, section_timeout)
+    how = how_it_ended(exit_file(home / f"{tid}.log"), pid)  # before its shell goes
+    kill_worker(pid)
+    if how is not None:  # as a one-shot worker's crash reads (the log names the worker)
+        return JobFailed(f"{tid}: worker crashed ({how}), see log")
+    return JobFailed(f"{tid}: the task worker ({pid}) died during the step, see log")
+
+
+def _result(tid: str, reply: dict, out_path: Path) -> dict:
+    """The step's result from the worker's reply and the file it wrote; JobFailed as a one-shot
+    worker's exit status would raise it."""
+    if reply["rc"] == EXIT_INFRA:
+        raise JobFailed(f"{tid}: infrastructure failure (CUDA fault or out of memory), see log", "infra")
+    if reply["rc"] != 0:
+        raise JobFailed(f"{tid}: the step crashed in the task worker (status {reply['rc']}), see log")
+    if not out_path.exists():
+        raise JobFailed(f"{tid}: the task worker replied without a result")
+    return json.loads(out_path.read_text())
+
+
+def _served(res: dict, reply: dict, step_lock_wait_s: float) -> dict:
+    """``res`` with what its ``provenance.task_worker`` adds on the job's side: the wait for the
+    task's step lock, the settings put back, torch's rewrapped bindings and why the worker retired."""
     served = res.setdefault("provenance", {}).setdefault("task_worker", {})
-    served["step_lock_wait_s"] = round(step_lock.waited_s, 3)
+    served["step_lock_wait_s"] = round(step_lock_wait_s, 3)
     if reply.get("restored"):
         served["settings_restored_after"] = reply["restored"]
     if reply.get("torch_rewrapped"):
@@ -359,4 +381,3 @@ def run_in_task_worker(
     if reply.get("retire"):
         served["retired_after"] = reply["retire"]
     return res
-

@@ -219,7 +219,7 @@ def restore_system() -> dict:
     the work-queue and interrupt masks their old values. Without it, a second run on the same
     machine inherits the narrowed mask (its shell was moved too) and reserves the next CPU
     down: on the H200, three runs in a row timed on CPUs 15, 14 and 13 and left 14 and 15
-    idle (RUN_NOTES, session nine). Returns counts."""
+    idle (2026-12-04). Returns counts."""
     threads = files = 0
     for tid, (before, given) in list(_SAVED["threads"].items()):
         try:

@@ -169,30 +169,18 @@ def do_time(job: dict, meta: dict, snippets: dict) -> dict:
     constructing the reference/baseline models (weight initialisation of large models takes
     seconds) and torch.compile code generation. The lock is held per outer trial around
     moving the models to the device, constructing ModelNew (its __init__ may run GPU code),
-    the warm-up calls and the timed pairs.
     the warm-up calls and the timed pairs. What is shared ends here; the timed sections are the
     protocol's (:func:`l1bench.timing.protocols.protocol_for` of ``job["protocol"]``).
     """
     mode, device, p = job["mode"], job["device"], job["params"]
-    prev = upstream_status(job)
-    if prev:
-        return prev
-    if mode in BASELINE_MODES and device == "cpu":
-        return result(job, Status.UNSUPPORTED, f"{mode} baselines need a CUDA GPU")
+    refused = _time_refused(job, snippets)
+    if refused is not None:
+        return refused
     base_src = baseline_source(mode, snippets)
-    if base_src is None:
-        return result(job, Status.NO_BASELINE, f"the release has no {mode} baseline code for this task")
-    import torch  # noqa: F401 - imported where it always was: before the snippets load
-
-    try:
-        Base, _, _ = load_reference(base_src, label=mode)
-    except SnippetError as err:
-        return result(job, Status.BASELINE_ERROR, err.reason)
-    except Exception as err:  # noqa: BLE001
-        return result(job, Status.BASELINE_ERROR, f"loading {mode} baseline: {short(err)}")
-    Ref, get_inputs, get_init_inputs = load_reference(snippets["ref"])
-    with guarded("loading custom code", Status.LOAD_ERROR):
-        ModelNew = load_custom(snippets["custom"])
+    models = _time_models(mode, base_src, snippets)
+    if isinstance(models, dict):  # the baseline did not load
+        return result(job, Status.BASELINE_ERROR, models["reason"])
+    Base, Ref, get_inputs, get_init_inputs, ModelNew = models
     wait_for_streams = "cuda.Stream" in snippets["custom"] and device.startswith("cuda")
     stats: dict = {}
     rng = random.Random(p["seed"])
@@ -215,52 +203,9 @@ def do_time(job: dict, meta: dict, snippets: dict) -> dict:
     builder.probe(p["seed"])  # first: before this process touches CUDA
     stats["construct"] = builder.probe_note
     set_seed(p["seed"])
-    pending = {"warmup": construct(Ref, to_device(get_init_inputs(), device), p["seed"])}
-
-    def reference_warmup():
-        if pending["warmup"] is not None:
-            with phase(stats, "reference warm-up"):
-                run_reference_warmup(pending["warmup"], get_inputs, device, p)
-            pending["warmup"] = None
-
-    @contextlib.contextmanager
-    def gpu_section():
-        """The device lock; the first section also runs the harness's reference warm-up."""
-        with exclusive(device, job, stats):
-            reference_warmup()
-            yield
-
-    t_setup = time.perf_counter()
-    if mode in COMPILE_MODES:
-        # The harness's reference warm-up, then the first (compiling) call of the compiled
-        # reference inside a GPU section: tracing and code generation let go of the lock
-        # (release_lock_during_dynamo_compiles), every kernel runs with it. The compiled code
-        # is reused by every outer trial's model.
-        stats["dynamo_compiles_unlocked"] = release_lock_during_dynamo_compiles()
-        # which of inductor's first-launch steps (Triton compile, loading, benchmarking) hold
-        # the lock: recorded, not changed (the compile step's locked time, RUN_NOTES)
-        timed_steps = time_inductor_runtime_steps()
-        base_cpu, _ = baseline_on_cpu(p["seed"])
-        # imports and torch.compile's wrapper before the lock, not in the section (CPU only)
-        stats["compile_prepared_s"] = prepare_compile(mode)
-        with gpu_section(), phase(stats, "compile (tracing and code generation unlocked)"), guarded(
-            f"compiling the reference ({mode})", Status.BASELINE_ERROR
-        ):
-            inputs = make_inputs(get_inputs, device, on_dev)
-            base = wrap_baseline(move(base_cpu, device), mode)
-            base(*inputs)
-            del base, base_cpu, inputs
-        if timed_steps:
-            stats["inductor_steps"] = inductor_steps()
-    stats["precompile_s"] = round(time.perf_counter() - t_setup, 3)
-    # SM/memory clocks around the timing, read inside the sections (in-process NVML calls are
-    # resource-manager calls too): at the start of the first timed section, at the end of each
-    clocks = {"before": None, "after": None}
-
-    def read_clocks(when: str) -> None:
-        if when == "after" or clocks["before"] is None:
-            clocks[when] = provenance.clocks(device)
-
+    gpu_section = first_section_warms_up(job, stats, construct(Ref, to_device(get_init_inputs(), device), p["seed"]),
+                                         get_inputs)
+    clocks, read_clocks = clock_reader(device)
     setup = TimingSetup(
         job=job,
         mode=mode,
@@ -278,4 +223,95 @@ def do_time(job: dict, meta: dict, snippets: dict) -> dict:
         clocks=clocks,
         read_clocks=read_clocks,
     )
+    t_setup = time.perf_counter()
+    if mode in COMPILE_MODES:
+        compile_reference(setup)
+    stats["precompile_s"] = round(time.perf_counter() - t_setup, 3)
     return protocol_for(job["protocol"]).time(setup)
+
+
+def _time_refused(job: dict, snippets: dict) -> dict | None:
+    """The result of a time job that times nothing: its check's negative status carried
+    forward, a baseline mode on the CPU, or no baseline code for the mode; else None."""
+    mode = job["mode"]
+    prev = upstream_status(job)
+    if prev:
+        return prev
+    if mode in BASELINE_MODES and job["device"] == "cpu":
+        return result(job, Status.UNSUPPORTED, f"{mode} baselines need a CUDA GPU")
+    if baseline_source(mode, snippets) is None:
+        return result(job, Status.NO_BASELINE, f"the release has no {mode} baseline code for this task")
+    return None
+
+
+def first_section_warms_up(job: dict, stats: dict, warm_model, get_inputs):
+    """The time job's GPU sections (a context-manager factory): the device lock; the first
+    section also runs the harness's reference warm-up on ``warm_model``."""
+    device, p = job["device"], job["params"]
+    pending = {"warmup": warm_model}
+
+    @contextlib.contextmanager
+    def gpu_section():
+        with exclusive(device, job, stats):
+            if pending["warmup"] is not None:
+                with phase(stats, "reference warm-up"):
+                    run_reference_warmup(pending["warmup"], get_inputs, device, p)
+                pending["warmup"] = None
+            yield
+
+    return gpu_section
+
+
+def clock_reader(device: str):
+    """SM/memory clocks around the timing, read inside the sections (in-process NVML calls are
+    resource-manager calls too): ``(clocks, read_clocks)``; ``read_clocks("before")`` at the start
+    of the first timed section, ``read_clocks("after")`` at the end of each."""
+    clocks = {"before": None, "after": None}
+
+    def read_clocks(when: str) -> None:
+        if when == "after" or clocks["before"] is None:
+            clocks[when] = provenance.clocks(device)
+
+    return clocks, read_clocks
+
+
+def _time_models(mode: str, base_src: str, snippets: dict):
+    """(baseline class, reference class, get_inputs, get_init_inputs, ModelNew) of a time job, or
+    ``{"reason": ...}`` when the mode's baseline does not load. ModelNew failing to load raises
+    as :func:`l1bench.worker.outcome.guarded` says (``load_error``)."""
+    import torch  # noqa: F401 - imported where it always was: before the snippets load
+
+    try:
+        Base, _, _ = load_reference(base_src, label=mode)
+    except SnippetError as err:
+        return {"reason": err.reason}
+    except Exception as err:  # noqa: BLE001
+        return {"reason": f"loading {mode} baseline: {short(err)}"}
+    Ref, get_inputs, get_init_inputs = load_reference(snippets["ref"])
+    with guarded("loading custom code", Status.LOAD_ERROR):
+        ModelNew = load_custom(snippets["custom"])
+    return Base, Ref, get_inputs, get_init_inputs, ModelNew
+
+
+def compile_reference(setup: TimingSetup) -> None:
+    """A torch.compile mode's set-up: the harness's reference warm-up, then the first (compiling)
+    call of the compiled reference inside a GPU section: tracing and code generation let go of
+    the lock (release_lock_during_dynamo_compiles), every kernel runs with it. The compiled code
+    is reused by every outer trial's model."""
+    mode, device, p, stats = setup.mode, setup.device, setup.p, setup.stats
+    stats["dynamo_compiles_unlocked"] = release_lock_during_dynamo_compiles()
+    # which of inductor's first-launch steps (Triton compile, loading, benchmarking) hold the
+    # lock: recorded, not changed
+    timed_steps = time_inductor_runtime_steps()
+    base_cpu, _ = setup.baseline_on_cpu(p["seed"])
+    # imports and torch.compile's wrapper before the lock, not in the section (CPU only)
+    stats["compile_prepared_s"] = prepare_compile(mode)
+    with setup.gpu_section(), phase(stats, "compile (tracing and code generation unlocked)"), guarded(
+        f"compiling the reference ({mode})", Status.BASELINE_ERROR
+    ):
+        inputs = make_inputs(setup.get_inputs, device, setup.on_dev)
+        base = wrap_baseline(move(base_cpu, device), mode)
+        base(*inputs)
+        del base, base_cpu, inputs
+    if timed_steps:
+        stats["inductor_steps"] = inductor_steps()
