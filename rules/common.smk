@@ -221,6 +221,13 @@ def forced_rules():
     settings = workflow.dag_settings
     if settings is None:  # --lint, --list-rules: no run
         return set()
+    others = sorted(t.name.lower() for t in settings.rerun_triggers if t.name != "MTIME")
+    if others:
+        print(
+            f"note: --rerun-triggers {' '.join(others)} can redo results that l1bench finds "
+            "current (the profile uses mtime only: docs/rerun-policy.md)",
+            file=sys.stderr,
+        )
     forced = {str(x) for x in settings.forcerun}
     if settings.forceall:
         forced |= {"build_task", "check_task", "time_task", "scan_references"}
