@@ -221,7 +221,9 @@ def forced_rules():
     settings = workflow.dag_settings
     if settings is None:  # --lint, --list-rules: no run
         return set()
-    others = sorted(t.name.lower() for t in settings.rerun_triggers if t.name != "MTIME")
+    others = sorted(
+        t.name.lower() for t in settings.rerun_triggers if t.name != "MTIME"
+    )
     if others:
         print(
             f"note: --rerun-triggers {' '.join(others)} can redo results that l1bench finds "
@@ -386,8 +388,13 @@ def stale_markers(wildcards):
         if JUDGE.reason(p)
     ]
     markers += [stale_marker("tables")] if tables_reason() else []
-    if split_reason():  # the folders too, so that the split is in the DAG to take its marker
-        markers += [stale_marker("tasks"), *expand(f"{RES}/tasks/{{tid}}/meta.json", tid=ALL_TIDS)]
+    if (
+        split_reason()
+    ):  # the folders too, so that the split is in the DAG to take its marker
+        markers += [
+            stale_marker("tasks"),
+            *expand(f"{RES}/tasks/{{tid}}/meta.json", tid=ALL_TIDS),
+        ]
     return markers
 
 
