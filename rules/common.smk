@@ -483,7 +483,8 @@ def tables_reason():
         lists = aggregate_lists()
         _TABLES["why"] = JUDGE.tables_reason(
             TABLE_OUTPUTS + [TABLES_RECORD],
-            lists["check"] + lists["time"],
+            # a table rebuild (aggregate_only) remakes no result: only their digest counts
+            [] if config["aggregate_only"] else lists["check"] + lists["time"],
             TABLES_RECORD,
             tables_digest,
         )
