@@ -283,7 +283,7 @@ def clear_stale_markers():
 def stale_reason(what):
     """Why ``what`` (as in stale_marker) is stale, one line (None: current)."""
     if what == "tables":
-        return tables_reason()
+        return tables_stale()
     if what == "tasks":
         return split_reason()
     return JUDGE.reason(f"{RES}/{what}.json")
@@ -387,7 +387,7 @@ def stale_markers(wildcards):
         for p in results
         if JUDGE.reason(p)
     ]
-    markers += [stale_marker("tables")] if tables_reason() else []
+    markers += [stale_marker("tables")] if tables_stale() else []
     if (
         split_reason()
     ):  # the folders too, so that the split is in the DAG to take its marker
@@ -439,7 +439,7 @@ def transfer_report_inputs(wildcards):
     re-render it), and the tables' stale marker when this device's tables are made again.
     """
     ins = {"scores": ancient(transfer_inputs())}
-    if tables_reason():
+    if tables_stale():
         ins["stale"] = stale_marker("tables")
     return ins
 
@@ -491,6 +491,14 @@ def tables_reason():
     return _TABLES["why"]
 
 
+def tables_stale():
+    """Why the tables, and the pages made from them, are made again in this run (a reason or
+    the user forcing aggregate_results), None when they are not for a reason."""
+    if "aggregate_results" in JUDGE.forced:
+        return tables_reason() or "aggregate_results is forced"
+    return tables_reason()
+
+
 def tables_run():
     """Whether the tables are made in this run: stale, forced, or a table missing."""
     return (
@@ -507,7 +515,7 @@ def aggregate_inputs(wildcards):
     if not tables_run():
         return {}
     ins = {k: ancient(v) for k, v in aggregate_lists().items()}
-    if tables_reason():
+    if tables_stale():
         ins["stale"] = stale_marker("tables")
     return ins
 
@@ -519,7 +527,7 @@ def slice_inputs(wildcards):
         "scores": ancient(f"{RES}/scores.csv"),
         "tasks": ancient(slice_reports()[wildcards.name]),
     }
-    if tables_reason():
+    if tables_stale():
         ins["stale"] = stale_marker("tables")
     return ins
 
