@@ -14,7 +14,9 @@ from helpers import SNAKEMAKE, copy_workflow, processes_in, run, wait_for
 
 pytestmark = pytest.mark.slow
 
-DEMO = SNAKEMAKE + ["--cores", "2", "--retries", "0", "--config", "device=demo"]
+# max_attempts 0: no retry within a run (l1bench.attempts.in_run_retries), so that each run
+# makes at most one attempt per job and the job logs show every attempt
+DEMO = SNAKEMAKE + ["--cores", "2", "--retries", "0", "--config", "device=demo", "max_attempts=0"]
 BROKEN = ("L1_T005", "L1_T006")  # hangs (holding the lock) / kills its own process
 #: run_task's log line for an attempt that broke by itself (not for one that was stopped)
 ATTEMPT_LINE = re.compile(r"FAILED \(no result written|FAILED \d+ times: giving up")
