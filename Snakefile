@@ -10,7 +10,6 @@ configfile: "config/config.yaml"
 
 include: "rules/common.smk"
 include: "rules/release.smk"
-include: "rules/stale.smk"
 
 
 # aggregate_only: result files are plain inputs, never outputs of a rule, so no change of
