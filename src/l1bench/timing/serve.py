@@ -248,18 +248,27 @@ def _serve(listener, worker: TaskWorker, watch: Watch, tokens: IdleTokens, idle_
                 reply = handle(worker, request)
             finally:
                 watch.conn = None
+            # settled before the reply: once its job has the reply, the worker waits idle holding
+            # a token, or is on its way out (a job that then takes the GPU alone counts on it)
+            stays = not reply.get("retire") and _stays_idle(worker, tokens, lock_dir)
             try:
                 conn.sendall(json.dumps(reply).encode() + b"\n")
             except OSError:  # the job script is gone: its step's fate is unknown to it
                 return 0
-        if reply.get("retire"):
-            return 0
-        if worker.steps and not tokens.take(lock_dir, worker.lock_device):
-            print(f"task worker {os.getpid()}: {tokens.n} workers already wait idle on this GPU: exiting",
-                  file=sys.stderr, flush=True)
+        if not stays:
             return 0
         idle_since = time.monotonic()
     return 0
+
+
+def _stays_idle(worker: TaskWorker, tokens: IdleTokens, lock_dir) -> bool:
+    """After a step: whether the worker waits idle for its task's next step, holding one of its
+    GPU's idle tokens; False when as many workers already wait idle there."""
+    if not worker.steps or tokens.take(lock_dir, worker.lock_device):
+        return True
+    print(f"task worker {os.getpid()}: {tokens.n} workers already wait idle on this GPU: exiting",
+          file=sys.stderr, flush=True)
+    return False
 
 
 def main(argv: list[str]) -> int:
