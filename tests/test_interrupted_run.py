@@ -42,7 +42,9 @@ def worker_running(log: Path) -> bool:
     if not log.exists():
         return False
     last = log.read_text().rsplit("\n$ ", 1)[-1]
-    return "l1bench.worker" in last and not re.search(r"worker exit|FAILED|STOPPED|stopped:|status ", last)
+    # a worker of its own (l1bench.worker), or a step its task's worker serves (l1bench.timing.serve)
+    started = re.search(r"l1bench\.worker|l1bench\.timing\.serve|task worker \d+ of", last)
+    return bool(started) and not re.search(r"worker exit|FAILED|STOPPED|stopped:|status |step done", last)
 
 
 def ledger(work, tid):
