@@ -527,42 +527,6 @@ def test_the_worker_ends_with_its_workflow(tasks, tmp_path, monkeypatch):
     assert wait_for(lambda: gone(pid), 15)
 
 
-# ------------------------------------------------------------------ the demo workflow
-
-
-@pytest.mark.slow
-def test_the_demo_workflow_with_task_workers(tmp_path):
-    """The demo's statuses are test_pipeline_demo.EXPECTED_CHECK; checks and eager-mode time
-    results say which worker served them, some of them after an earlier step of their task;
-    compile-mode results name no task worker; every result records the timing version; no worker
-    outlives the run."""
-    from helpers import SNAKEMAKE, copy_workflow, processes_in
-    from test_pipeline_demo import EXPECTED_CHECK, FAILING
-
-    copy_workflow(tmp_path)
-    cmd = SNAKEMAKE + ["--cores", "2", "--retries", "0", "--config", "device=demo"]
-    proc = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=900)
-    assert proc.returncode == 1, proc.stderr[-3000:]  # the demo's hanging and crashing tasks
-    assert wait_for(lambda: not [p for p in processes_in(tmp_path) if "timing.serve" in p[1]], 15)
-    res = tmp_path / "results/demo"
-    for tid, status in EXPECTED_CHECK.items():
-        assert json.loads((res / f"check/{tid}.json").read_text())["status"] == status, tid
-    for tid in FAILING:
-        assert not (res / f"check/{tid}.json").exists()
-    steps = []
-    for path in sorted(res.glob("time/paper/*/L1_T00[12].json")) + sorted(res.glob("check/L1_T00[12].json")):
-        got = json.loads(path.read_text())
-        eager = "torch_compile" not in str(path)
-        assert got["timing_version"] == TIMING_VERSION, path
-        if eager:
-            steps.append(got["provenance"]["task_worker"]["step"])
-        else:
-            assert "task_worker" not in got["provenance"], path
-    assert max(steps) >= 2, steps
-    fast = json.loads((res / "time/paper/default/L1_T001.json").read_text())
-    assert fast["status"] == "ok" and fast["score"] > 0 and fast["n_timings"] == 70
-
-
 # ------------------------------------------------------------------ the GPU paths, with fakes
 
 
