@@ -69,11 +69,6 @@ fi
 # l1bench.runner.compile_threads): 1 unless COMPILE_THREADS says more.
 export L1BENCH_COMPILE_THREADS=${COMPILE_THREADS:-${L1BENCH_COMPILE_THREADS:-1}}
 echo "compile-mode jobs at once: ${COMPILE_JOBS:-$compile_jobs} (GPU memory ${mem_mib:-unknown} MiB, $ncpu CPUs), code-generation threads each: $L1BENCH_COMPILE_THREADS"
-# The CPU probe between timed pairs (l1bench.hostclock.CpuProbe, opt-in): HOST_PROBE=record|retime.
-if [ -n "${HOST_PROBE:-${L1BENCH_HOST_PROBE:-}}" ]; then
-    export L1BENCH_HOST_PROBE=${HOST_PROBE:-$L1BENCH_HOST_PROBE}
-    echo "CPU probe between timed pairs: L1BENCH_HOST_PROBE=$L1BENCH_HOST_PROBE"
-fi
 touch .devstate/started  # the watchdog counts the results written after this
 timeout -s INT -k 30 "$budget" python3 -m snakemake --cores "${JOB_SLOTS:-$((2 * ncpu))}" \
     --resources gpu="${GPU_JOBS:-$((2 * ncpu))}" builds="${BUILD_JOBS:-6}" \

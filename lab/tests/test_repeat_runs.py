@@ -50,14 +50,14 @@ def repeat_runs(tmp_path, *argv):
 def test_later_runs_reuse_the_first_runs_builds_and_the_spread_is_written(tmp_path):
     proc, repo = repeat_runs(tmp_path, "out", "d7", "c1:305", "c2:220", "s1:400:serial", "--",
                              "--configfile", "lab/runs/h100_isolation.yaml", "--config", "release_dir=.release",
-                             "device=h100", "timing={task_worker: true}")
+                             "device=h100")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     started = {c: (repo / "out" / c / "started.txt").read_text().splitlines() for c in ("c1", "c2", "s1")}
     assert started["c1"][:4] == ["budget=305", "prepared=no", "ext=no", "gpu_jobs="]
     assert started["c2"][:4] == ["budget=220", "prepared=yes", "ext=yes", "gpu_jobs="]
     assert started["s1"][:4] == ["budget=400", "prepared=yes", "ext=yes", "gpu_jobs=1"]
     assert started["c2"][4:] == ["--configfile", "lab/runs/h100_isolation.yaml", "--config", "release_dir=.release",
-                               "device=h100", "timing={task_worker: true}", "results_dir=results/d7-c2"]
+                               "device=h100", "results_dir=results/d7-c2"]
     # the later runs' checks are their own: only builds are copied in
     assert (repo / "results/d7-c2/h100/build/ext/L1_T001/x.so").stat().st_ino == \
         (repo / "results/d7-c1/h100/build/ext/L1_T001/x.so").stat().st_ino
