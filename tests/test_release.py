@@ -73,16 +73,6 @@ def test_every_device_file_and_baselines_parse(release_dir, device):
     assert sum(t.cuda_graph_code is None for t in tasks) <= 1
 
 
-@pytest.mark.parametrize("device", rel.GPU_DEVICES)
-def test_nested_codes_agree_with_flat(release_dir, device):
-    flat = {t.tid: t for t in rel.load_release(release_dir / f"optimized_cuda_code/{device}.json")}
-    nested = rel.load_release(release_dir / f"optimized_cuda_code/codes/{device}.json")
-    assert len(nested) == 250
-    for t in nested:
-        assert t.code_status == flat[t.tid].code_status
-        assert t.ref_code == flat[t.tid].ref_code
-
-
 def test_baselines_fill_missing_code(tmp_path):
     p = write(tmp_path, flat_line(cuda_graph_code=None) + "\n")
     b = write(tmp_path, json.dumps({"level_id": "1", "task_id": "1", "code": "graph"}) + "\n", "cg.json")
@@ -106,11 +96,6 @@ def test_string_ids_and_scores_are_accepted(tmp_path):
     (t,) = rel.parse_flat(write(tmp_path, flat_line(level_id="2", task_id="7", score_default="1.25")))
     assert (t.level, t.task, t.tid) == (2, 7, "L2_T007")
     assert t.published["default"] == 1.25
-
-
-def test_detect_format(tmp_path):
-    assert rel.detect_format(flat_line() + "\n" + flat_line(task_id=2)) == "flat"
-    assert rel.detect_format(json.dumps({"1": []})) == "nested"
 
 
 # ----------------------------------------------------------------- bad input: one line naming file, line, field
@@ -156,12 +141,6 @@ def test_mistyped_code(tmp_path):
 def test_duplicate_task(tmp_path):
     msg = bad(tmp_path, flat_line() + "\n" + flat_line() + "\n")
     assert ":2:" in msg and "duplicate" in msg and "level_id=1, task_id=1" in msg
-
-
-def test_nested_bad_field(tmp_path):
-    text = json.dumps({"1": [{"task_id": "1", "ref_code": REF, "custom_code": None, "score": "x"}]})
-    msg = bad(tmp_path, text)
-    assert "[1][0]" in msg and "'score'" in msg
 
 
 def test_missing_file(tmp_path):

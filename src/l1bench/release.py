@@ -1,4 +1,4 @@
-"""Parse and normalise a CUDA-L1 release (flat JSONL or nested ``codes/`` JSON).
+"""Parse and normalise a CUDA-L1 release (``optimized_cuda_code/<device>.json``, JSONL).
 
 Everything here is pure: no Snakemake, no torch. Bad input raises
 :class:`ReleaseError` whose message is one line naming the file, the line (or
@@ -105,21 +105,17 @@ class Task:
 # --------------------------------------------------------------------------- fields
 
 
-def _where(path, line) -> str:
-    return f"{path}:{line}" if line is not None else str(path)
-
-
 def _int_field(obj, name, path, line) -> int:
     if name not in obj:
-        raise ReleaseError(f"{_where(path, line)}: field '{name}' is missing")
+        raise ReleaseError(f"{path}:{line}: field '{name}' is missing")
     val = obj[name]
     if isinstance(val, bool):
-        raise ReleaseError(f"{_where(path, line)}: field '{name}' must be an integer, got {val!r}")
+        raise ReleaseError(f"{path}:{line}: field '{name}' must be an integer, got {val!r}")
     if isinstance(val, int):
         return val
     if isinstance(val, str) and val.strip().isdigit():
         return int(val)
-    raise ReleaseError(f"{_where(path, line)}: field '{name}' must be an integer, got {val!r}")
+    raise ReleaseError(f"{path}:{line}: field '{name}' must be an integer, got {val!r}")
 
 
 def missing_kind(code) -> str | None:
@@ -136,12 +132,12 @@ def missing_kind(code) -> str | None:
 def _code_field(obj, name, path, line, required=True) -> str | None:
     if name not in obj:
         if required:
-            raise ReleaseError(f"{_where(path, line)}: field '{name}' is missing")
+            raise ReleaseError(f"{path}:{line}: field '{name}' is missing")
         return None
     val = obj[name]
     if val is not None and not isinstance(val, str):
         raise ReleaseError(
-            f"{_where(path, line)}: field '{name}' must be a string or null, got {type(val).__name__}"
+            f"{path}:{line}: field '{name}' must be a string or null, got {type(val).__name__}"
         )
     return None if is_missing_code(val) else val
 
@@ -151,22 +147,22 @@ def _score_field(obj, name, path, line) -> float | None:
     if val is None:
         return None
     if isinstance(val, bool):
-        raise ReleaseError(f"{_where(path, line)}: field '{name}' must be a number or null, got {val!r}")
+        raise ReleaseError(f"{path}:{line}: field '{name}' must be a number or null, got {val!r}")
     if isinstance(val, str):
         try:
             val = float(val)
         except ValueError:
             raise ReleaseError(
-                f"{_where(path, line)}: field '{name}' must be a number or null, got {val!r}"
+                f"{path}:{line}: field '{name}' must be a number or null, got {val!r}"
             ) from None
     if not isinstance(val, (int, float)) or not math.isfinite(val):
-        raise ReleaseError(f"{_where(path, line)}: field '{name}' must be a finite number or null, got {val!r}")
+        raise ReleaseError(f"{path}:{line}: field '{name}' must be a finite number or null, got {val!r}")
     return float(val)
 
 
 def _check_level(level, path, line):
     if level not in KERNELBENCH_LEVELS and level < 1:
-        raise ReleaseError(f"{_where(path, line)}: field 'level_id' must be >= 1, got {level}")
+        raise ReleaseError(f"{path}:{line}: field 'level_id' must be >= 1, got {level}")
 
 
 # --------------------------------------------------------------------------- readers
@@ -195,21 +191,11 @@ def _jsonl_objects(path: Path, text: str):
         yield no, obj
 
 
-def _add(tasks: dict, t: Task, path, line):
-    key = (t.level, t.task)
-    if key in tasks:
-        raise ReleaseError(
-            f"{_where(path, line)}: duplicate task (level_id={t.level}, task_id={t.task})"
-        )
-    tasks[key] = t
-
-
-def parse_flat(path, text: str | None = None) -> list[Task]:
-    """Parse the flat JSONL format (``optimized_cuda_code/{device}.json``)."""
+def parse_flat(path) -> list[Task]:
+    """Parse a release file (``optimized_cuda_code/{device}.json``: JSONL, one task a line)."""
     path = Path(path)
-    text = _read_text(path) if text is None else text
     tasks: dict = {}
-    for no, obj in _jsonl_objects(path, text):
+    for no, obj in _jsonl_objects(path, _read_text(path)):
         level = _int_field(obj, "level_id", path, no)
         _check_level(level, path, no)
         t = Task(
@@ -224,52 +210,9 @@ def parse_flat(path, text: str | None = None) -> list[Task]:
         )
         if t.ref_code is None:
             raise ReleaseError(f"{path}:{no}: field 'ref_code' is empty")
-        _add(tasks, t, path, no)
-    if not tasks:
-        raise ReleaseError(f"{path}: no tasks found")
-    return sorted(tasks.values(), key=lambda t: (t.level, t.task))
-
-
-def parse_nested(path, text: str | None = None) -> list[Task]:
-    """Parse the nested format ``{"1": [{"task_id", "ref_code", "custom_code", "score"}, ...]}``.
-
-    Its single ``score`` is the default-mode score.
-    """
-    path = Path(path)
-    text = _read_text(path) if text is None else text
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as err:
-        raise ReleaseError(f"{path}:{err.lineno}: invalid JSON ({err.msg} at column {err.colno})") from None
-    if not isinstance(data, dict):
-        raise ReleaseError(f"{path}: expected a JSON object keyed by level")
-    tasks: dict = {}
-    for lkey, entries in data.items():
-        if not str(lkey).isdigit():
-            raise ReleaseError(f"{path}: level key {lkey!r} is not an integer")
-        level = int(lkey)
-        if not isinstance(entries, list):
-            raise ReleaseError(f"{path}: [{lkey}] must be a list of tasks")
-        for i, obj in enumerate(entries):
-            where = f"[{lkey}][{i}]"
-            if not isinstance(obj, dict):
-                raise ReleaseError(f"{path}: {where} must be an object")
-            loc = (path, None)
-            try:
-                t = Task(
-                    level=level,
-                    task=_int_field(obj, "task_id", *loc),
-                    ref_code=_code_field(obj, "ref_code", *loc),
-                    custom_code=_code_field(obj, "custom_code", *loc),
-                    published={m: None for m in MODES}
-                    | {"default": _score_field(obj, "score", *loc)},
-                    custom_missing=missing_kind(obj.get("custom_code")),
-                )
-            except ReleaseError as err:
-                raise ReleaseError(str(err).replace(f"{path}:", f"{path}: {where}", 1)) from None
-            if t.ref_code is None:
-                raise ReleaseError(f"{path}: {where}: field 'ref_code' is empty")
-            _add(tasks, t, f"{path}: {where}", None)
+        if (t.level, t.task) in tasks:
+            raise ReleaseError(f"{path}:{no}: duplicate task (level_id={t.level}, task_id={t.task})")
+        tasks[(t.level, t.task)] = t
     if not tasks:
         raise ReleaseError(f"{path}: no tasks found")
     return sorted(tasks.values(), key=lambda t: (t.level, t.task))
@@ -289,28 +232,10 @@ def parse_baselines(path) -> dict[tuple[int, int], str]:
     return out
 
 
-def detect_format(text: str) -> str:
-    """'nested' for one JSON object keyed by level, else 'flat' (JSONL)."""
-    stripped = text.lstrip()
-    if not stripped.startswith("{"):
-        return "flat"
-    try:
-        data = json.loads(stripped)
-    except json.JSONDecodeError:
-        return "flat"
-    if isinstance(data, dict) and data and all(str(k).isdigit() for k in data):
-        return "nested"
-    return "flat"
-
-
 def load_release(path, baselines: dict | None = None) -> list[Task]:
-    """Parse a release file of either format; fill missing baseline code from ``baselines``.
-
-    ``baselines`` maps ``"cuda_graph"``/``"cudnn"`` to a more_baselines file path (or None).
-    """
-    path = Path(path)
-    text = _read_text(path)
-    tasks = parse_nested(path, text) if detect_format(text) == "nested" else parse_flat(path, text)
+    """Parse a release file; fill missing baseline code from ``baselines`` (``"cuda_graph"``/
+    ``"cudnn"`` -> a more_baselines file path, or None)."""
+    tasks = parse_flat(path)
     for mode, bpath in (baselines or {}).items():
         if bpath is None:
             continue
