@@ -7,13 +7,14 @@ from pathlib import Path
 import pytest
 from helpers import ROOT, script_module
 
-from l1bench import attempts, preflight, worker
+from l1bench import preflight, worker
 from l1bench.aggregate import conventions as agg_conventions
 from l1bench.aggregate import slices as agg_slices
 from l1bench.aggregate import stats as agg_stats
 from l1bench.detectors.flags import ALL_FLAGS
 from l1bench.results import (
     AGREEMENT,
+    BROKEN_STATUSES,
     FAILED_STATUSES,
     NOT_RUN_STATUSES,
     Flag,
@@ -97,7 +98,7 @@ def test_one_vocabulary():
     assert not FAILED_STATUSES & NOT_RUN_STATUSES
     assert set(Status) - FAILED_STATUSES - NOT_RUN_STATUSES == {Status.OK, Status.PASS}
     assert agg_conventions.FAILED_STATUSES is FAILED_STATUSES and agg_conventions.NOT_RUN_STATUSES is NOT_RUN_STATUSES
-    assert attempts.STATUSES <= FAILED_STATUSES
+    assert BROKEN_STATUSES <= FAILED_STATUSES
     assert set(ALL_FLAGS) | {stalls.FLAG} == set(Flag)
     assert agg_stats.AGREEMENT == agg_slices.agreement.__defaults__[0] == AGREEMENT == 0.15
     assert agg_conventions.status_class(Status.NO_CODE) == agg_conventions.status_class("no_code") == "not_run"

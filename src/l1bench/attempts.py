@@ -23,14 +23,12 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from l1bench.io import atomic_write_json
-from l1bench.results import BROKEN_STATUSES, Status
+from l1bench.results import Status
 from l1bench.timing.strict import MEMORY_SHORT
 
 #: Terminal status by the kind of breakage (runner.JobFailed.kind).
 STATUS_BY_KIND = {"timeout": Status.TIMEOUT, "section_timeout": Status.TIMEOUT}
 DEFAULT_STATUS = Status.CRASHED
-#: Statuses this module can give a result.
-STATUSES = BROKEN_STATUSES
 ATTEMPTS_DIR = "attempts"
 
 
@@ -215,38 +213,22 @@ def last_error_line(log_text: str, limit: int = 300) -> str:
 _FAILED = re.compile(r"FAILED \(no result written[^)]*\): (.+)$")
 
 
-def kind_of(error: str) -> str:
-    """runner.JobFailed.kind from its message (for attempts read back from logs)."""
-    if "held the GPU lock for more than" in error:
-        return "section_timeout"
-    if "timed out after" in error:
-        return "timeout"
-    if DISK_FULL in error:
-        return "disk_full"
-    return "infra" if "infrastructure failure" in error else "crash"
-
-
 def log_error(text: str) -> tuple[str, str]:
     """(run_task's FAILED message, the worker's last error line) of a job log, '' where absent."""
     failed = [m.group(1) for m in map(_FAILED.search, text.splitlines()) if m]
     return (failed[-1].strip() if failed else ""), last_error_line(text)
 
 
-# Snakemake's log: a timestamp line "[Thu Dec  3 16:14:38 2026]" precedes each job's lines;
-# with show-failed-logs, the job log follows an error block between two rules of "=".
-_STAMP = re.compile(r"^\[(\w{3} \w{3} +\d+ \d\d:\d\d:\d\d \d{4})\]$")
+# Snakemake's log: with show-failed-logs, the job log follows an error block between two rules of "=".
 _FIELD = re.compile(r"^\s+(output|log): (.+)$")
 _RULE = "=" * 20
 
 
 def failed_jobs_in_snakemake_log(text: str) -> list[dict]:
-    """Every ``Error in rule`` block of a Snakemake log, in order: {when, rule, output, log,
-    log_text}; ``log_text`` is the job log Snakemake prints after the block
-    (``show-failed-logs``), '' when it did not.
-
-    What ``backfill`` reads to record attempts made before ledgers existed.
-    """
-    out, when, block, state = [], None, None, None
+    """Every ``Error in rule`` block of a Snakemake log, in order: {rule, output, log, log_text};
+    ``log_text`` is the job log Snakemake prints after the block (``show-failed-logs``), ''
+    when it did not (l1bench.preflight.failed_jobs)."""
+    out, block, state = [], None, None
     for line in text.splitlines():
         if state in ("logfile", "logtext"):
             if line.startswith(_RULE):
@@ -255,12 +237,8 @@ def failed_jobs_in_snakemake_log(text: str) -> list[dict]:
             elif state == "logtext":
                 block["log_text"] += line + "\n"
             continue
-        m = _STAMP.match(line.strip())
-        if m:
-            stamp = datetime.strptime(" ".join(m.group(1).split()), "%a %b %d %H:%M:%S %Y")
-            when = stamp.replace(tzinfo=timezone.utc).isoformat(timespec="seconds")
         if line.startswith("Error in rule "):
-            block = {"when": when, "rule": line[len("Error in rule ") :].rstrip(":"), "log_text": ""}
+            block = {"rule": line[len("Error in rule ") :].rstrip(":"), "log_text": ""}
             out.append(block)
             continue
         if block is None:
@@ -273,49 +251,3 @@ def failed_jobs_in_snakemake_log(text: str) -> list[dict]:
         elif not line.startswith((" ", "\t")):
             block = None
     return [b for b in out if "output" in b]
-
-
-def backfill(results_root: str | Path, snakemake_logs: list[str | Path], only_missing: bool = True) -> dict[str, int]:
-    """Record, from Snakemake logs, the broken attempts of results that are still missing.
-
-    For results made before this ledger existed: each ``Error in rule`` block is one attempt
-    whose job log (as the Snakemake log prints it) has run_task's FAILED line, with the
-    Snakemake log's timestamp and its file named as ``source``; jobs that were only stopped
-    (a drain, the end of a budget) are not attempts. Existing ledgers are left alone.
-    Returns {output: attempts recorded}.
-    """
-    root = Path(results_root)
-    found: dict[str, list[tuple[dict, str]]] = {}
-    for log in snakemake_logs:
-        for b in failed_jobs_in_snakemake_log(Path(log).read_text(errors="replace")):
-            if Path(b["output"]).is_relative_to(root):
-                found.setdefault(b["output"], []).append((b, Path(log).name))
-    done = {}
-    for output, blocks in sorted(found.items()):
-        ledger = ledger_path(root, output)
-        if (only_missing and Path(output).exists()) or ledger.exists():
-            continue
-        broken = [(b, source, *log_error(b["log_text"])) for b, source in blocks]
-        # only attempts whose job log says it broke (not jobs stopped by a drain or a budget)
-        broken = [x for x in broken if x[2]]
-        for b, source, error, detail in broken:
-            record(ledger, error, kind_of(error), detail, when=b["when"], source=source)
-        if broken:
-            done[output] = len(broken)
-    return done
-
-
-def main(argv: list[str] | None = None) -> int:
-    import argparse
-
-    ap = argparse.ArgumentParser(description=backfill.__doc__.split("\n")[0])
-    ap.add_argument("results_root", help="results/<device>")
-    ap.add_argument("logs", nargs="+", help="Snakemake logs (logs/snakemake-*.log)")
-    args = ap.parse_args(argv)
-    for output, n in backfill(args.results_root, args.logs).items():
-        print(f"{output}: {n} broken attempts recorded in {ledger_path(args.results_root, output)}")
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -12,7 +12,6 @@ import sys
 
 #: subcommand (= module of l1bench) -> what it is for (docs/tools.md)
 TOOLS = {
-    "attempts": "record broken attempts from Snakemake logs (results made before the attempts ledger)",
     "extensions": "the table of custom extensions that do not build (extension_failures.md)",
     "failed": "the results that broke (terminal crashed/timeout); --remove: the next run retries them",
     "stalls": "the paper results flagged TIMING_OUTLIER, one path a line",
