@@ -11,7 +11,6 @@ run these inside a section (:mod:`l1bench.timing.sections`).
 from __future__ import annotations
 
 import contextlib
-import os
 import statistics
 import time
 
@@ -77,16 +76,6 @@ def time_call(fn, inputs, device: str, wait_streams=(), clock=None) -> tuple[flo
     return ms, clock.delta(before, clock.sample()) if clock is not None else None
 
 
-#: Environment switch: time a pair again when the host kept its launching thread from running
-#: (``hostclock``), up to ``inner_trials`` extra pairs per outer trial ("0": keep every pair).
-RETIME_ENV = "L1BENCH_RETIME_DISTURBED"
-
-
-def retime_budget(n: int) -> int:
-    """Extra pairs an outer trial of ``n`` pairs may time to replace disturbed ones."""
-    return n if os.environ.get(RETIME_ENV, "1") != "0" else 0
-
-
 def timed_pairs(base, custom, make_inputs_fn, n: int, rng, device: str, streams, ledger, trial: int, clock,
                 reset=None):
     """The harness's ``n`` timed (reference, custom) pairs of one outer trial, in random order,
@@ -94,7 +83,7 @@ def timed_pairs(base, custom, make_inputs_fn, n: int, rng, device: str, streams,
 
     A pair during whose launch the host kept the timing thread from running (preempted,
     stolen: :meth:`hostclock.Delta.disturbed`) measured the host, not the code: it is recorded
-    in ``ledger`` and timed again on fresh inputs, up to :func:`retime_budget` times per trial.
+    in ``ledger`` and timed again on fresh inputs, up to ``n`` times per trial.
 
     The first pair of a trial is special: the allocator was emptied before the trial, so its
     calls allocate device memory, a call into the driver that waits for other processes' calls
@@ -105,7 +94,7 @@ def timed_pairs(base, custom, make_inputs_fn, n: int, rng, device: str, streams,
     """
     ref_ms: list = []
     cus_ms: list = []
-    budget, pair = retime_budget(n), 0
+    budget, pair = n, 0
     first: dict = {}
     while len(ref_ms) < n:
         if not ref_ms and pair > 0 and reset is not None:

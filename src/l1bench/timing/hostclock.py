@@ -67,11 +67,6 @@ class Delta:
     def disturbed(self, threshold_ns: int = DISTURBED_NS) -> bool:
         return self.disturbed_ns >= threshold_ns
 
-    def as_row(self) -> list[int]:
-        """[wall, run, wait, lost] in microseconds, then voluntary and involuntary switches."""
-        us = [self.wall_ns, self.run_ns, self.wait_ns or 0, self.lost_ns]
-        return [round(v / 1000) for v in us] + [self.nvcsw, self.nivcsw]
-
 
 def _thread_rusage():
     who = getattr(resource, "RUSAGE_THREAD", None)
@@ -133,13 +128,11 @@ class Ledger:
 
     ``record`` takes each timed call: its event time and the :class:`Delta` of its host part
     (from before the start event to after the end event was enqueued: the only stretch in which
-    the host can lengthen what the events measure). :meth:`summary` lists the calls that were
-    disturbed or stalled (up to ``keep``), with where they fell and :meth:`Delta.as_row`, and
-    classifies each stalled call (:func:`stall_cause`).
+    the host can lengthen what the events measure).
     """
 
-    def __init__(self, threshold_ns: int = DISTURBED_NS, keep: int = 40):
-        self.threshold_ns, self.keep = threshold_ns, keep
+    def __init__(self, threshold_ns: int = DISTURBED_NS):
+        self.threshold_ns = threshold_ns
         self.calls: list = []  # (trial, pair, side, event_ms, Delta)
         self.retimed: set = set()
 
@@ -159,79 +152,24 @@ class Ledger:
         self.retimed.add((trial, pair))
 
     def summary(self) -> dict:
-        from l1bench.timing.stalls import FACTOR, MIN_EXTRA_MS, stalled
-
         known = [c for c in self.calls if c[4] is not None]
         kept = [c for c in self.calls if (c[0], c[1]) not in self.retimed]
-        medians, launches = {}, {}
-        for side in ("ref", "custom"):
-            vals = sorted(c[3] for c in kept if c[2] == side)
-            medians[side] = vals[len(vals) // 2] if vals else 0.0
+        launches = {}
+        for side in SIDES:
             walls = sorted(c[4].wall_ns for c in kept if c[2] == side and c[4] is not None)
             launches[side] = walls[len(walls) // 2] if walls else None
-        rows, causes = [], {}
-        for trial, pair, side, ms, delta in known:
-            is_stall = stalled([ms], medians[side], FACTOR, MIN_EXTRA_MS)[0]
-            disturbed = self.disturbed(delta, ms)
-            if not (is_stall or disturbed):
-                continue
-            cause = ""
-            if is_stall:
-                cause = stall_cause(ms - medians[side], delta, self.threshold_ns, launches[side], medians[side])
-            if cause:
-                causes[cause] = causes.get(cause, 0) + 1
-            if len(rows) < self.keep:
-                retimed = int((trial, pair) in self.retimed)
-                rows.append([trial, pair, side, round(ms, 4), retimed, cause or "-", *delta.as_row()])
         return {
             "calls": len(self.calls),
             "host_known": len(known),
             "disturbed_calls": sum(self.disturbed(c[4], c[3]) for c in known),
             "disturbed_ms": round(sum(c[4].disturbed_ns for c in known if self.disturbed(c[4], c[3])) / 1e6, 3),
             "retimed_pairs": len(self.retimed),
-            "stall_causes": causes,
             # each side's median launch (host part of a timed call, us) beside its median event
             # time: launch-bound calls have the two close, device-bound ones a short launch
             "launch_median_us": {side: None if ns is None else round(ns / 1000) for side, ns in launches.items()},
             "threshold_us": self.threshold_ns // 1000,
             "thread_wait_known": all(c[4].wait_ns is not None for c in known) if known else False,
-            "columns": list(ROW_COLUMNS),
-            "calls_listed": rows,
         }
-
-
-#: Columns of :meth:`Ledger.summary`'s ``calls_listed`` rows.
-ROW_COLUMNS = ("trial", "pair", "side", "event_ms", "retimed", "stall_cause",
-               "launch_wall_us", "run_us", "wait_us", "lost_us", "nvcsw", "nivcsw")
-
-
-def stall_cause(stretch_ms: float, launch: Delta, threshold_ns: int = DISTURBED_NS,
-                usual_launch_ns: float | None = None, usual_event_ms: float | None = None) -> str:
-    """Why a timed call was stretched by ``stretch_ms`` over its side's median.
-
-    * ``preempted``: the launching thread waited for its CPU while launching (another task ran there);
-    * ``host_lost``: it was neither running nor waiting, yet never slept (hypervisor steal, interrupts);
-    * ``driver_blocked``: it ran throughout and launching took about as long as the stretch, but
-      this side's launches usually return long before the device finishes (``usual_launch_ns``
-      below half of ``usual_event_ms``, the side's medians) and this one took over 3× the usual:
-      the thread spun inside the driver, waiting for the device (a full launch queue, a
-      synchronising call), so the time was lost on the device or in the driver, not to a slow CPU;
-    * ``host_slow``: it ran throughout, but launching took about as long as the stretch (page faults,
-      garbage collection, steal the guest does not account, a slower CPU; on launch-bound calls
-      also a driver that blocked, which the usual launch time cannot tell apart there);
-    * ``gpu``: launching was quick: the time was lost on the device (another context, clocks).
-    """
-    stretch_ns = stretch_ms * 1e6
-    if (launch.wait_ns or 0) >= threshold_ns and (launch.wait_ns or 0) >= launch.lost_ns:
-        return "preempted"
-    if launch.nvcsw == 0 and launch.lost_ns >= threshold_ns:
-        return "host_lost"
-    if launch.wall_ns >= 0.5 * stretch_ns:
-        if (usual_launch_ns and usual_event_ms and usual_launch_ns < 0.5 * usual_event_ms * 1e6
-                and launch.wall_ns > 3 * usual_launch_ns):
-            return "driver_blocked"
-        return "host_slow"
-    return "gpu"
 
 
 #: A side of a timed call is *host-bound* when its median launch (the host's part of the call:

@@ -9,9 +9,7 @@ GPU section (:func:`_pin_to_timing_cpu`) and the threads started there off it ag
 
 from __future__ import annotations
 
-import atexit
 import contextlib
-import json
 import os
 from pathlib import Path
 
@@ -136,143 +134,6 @@ def unpin_threads(cpu, restore: set[int], task_dir: str = "/proc/self/task", kee
     return moved
 
 
-#: Environment switch (set it to 1; needs root): also move every other thread of the machine,
-#: the movable kernel threads, unbound kernel work queues and interrupts off the timing CPUs
-#: (:func:`isolate_system`), as the kernel's ``isolcpus`` would. For dedicated or lent GPU
-#: machines; the workflow records what was moved.
-ISOLATE_SYSTEM_ENV = "L1BENCH_ISOLATE_SYSTEM"
-#: Set by the workflow after :func:`isolate_system`: its report (JSON), recorded on results.
-ISOLATED_ENV = "L1BENCH_SYSTEM_ISOLATED"
-
-
-def _cpu_mask_hex(cpus) -> str:
-    """A CPU set as the kernel's comma-separated 32-bit hex words (``/sys`` and ``/proc/irq``)."""
-    bits = sum(1 << c for c in cpus)
-    words = []
-    while True:
-        words.append(f"{bits & 0xFFFFFFFF:08x}")
-        bits >>= 32
-        if not bits:
-            break
-    return ",".join(reversed(words))
-
-
-def isolate_system(timing: list[int], proc: str = "/proc", sysfs: str = "/sys") -> dict:
-    """Keep everything but the lock holders off the timing CPUs, machine-wide (root only).
-
-    The workflow keeps its own processes off the timing CPUs; this also moves every other
-    process's threads, the kernel threads that may move (unbound ones: ``kswapd``, ``jbd2``,
-    ``khugepaged``...), the unbound work queues (writeback, for example) and the interrupts.
-    Per-CPU kernel threads stay (they cannot move). Left as it is on a machine where this
-    process is not root. Returns counts of what was moved and what could not be.
-    """
-    report = {"root": _is_root(), "timing_cpus": list(timing)}
-    if not report["root"] or not timing:
-        return report
-    allowed = set(os.sched_getaffinity(0)) | set(timing)
-    rest = allowed - set(timing)
-    try:
-        online = _parse_cpu_list(Path(sysfs, "devices/system/cpu/online").read_text())
-        rest = (online or allowed) - set(timing)
-    except OSError:
-        pass
-    mine = os.getpid()
-    moved = kept = 0
-    _SAVED["threads"].clear()
-    _SAVED["files"].clear()
-    for pid in (p for p in os.listdir(proc) if p.isdigit()):
-        if int(pid) == mine:
-            continue
-        try:
-            tids = os.listdir(f"{proc}/{pid}/task")
-        except OSError:
-            continue
-        for tid in tids:
-            try:
-                cpus = os.sched_getaffinity(int(tid))
-                if not cpus & set(timing):
-                    continue
-                left = cpus - set(timing)
-                os.sched_setaffinity(int(tid), left or rest)
-                _SAVED["threads"][int(tid)] = (set(cpus), set(left or rest))
-                moved += 1
-            except OSError:  # a per-CPU kernel thread (or one that just ended)
-                kept += 1
-    report["threads_moved"], report["threads_kept"] = moved, kept
-    mask = _cpu_mask_hex(rest)
-    report["workqueue"] = _swap_quietly(Path(sysfs, "devices/virtual/workqueue/cpumask"), mask)
-    irqs = [d for d in Path(proc, "irq").glob("*") if d.name.isdigit()] if Path(proc, "irq").is_dir() else []
-    report["irqs_moved"] = sum(_swap_quietly(d / "smp_affinity", mask) for d in irqs)
-    report["irqs"] = len(irqs)
-    _swap_quietly(Path(proc, "irq/default_smp_affinity"), mask)
-    return report
-
-
-#: What the last :func:`isolate_system` of this process changed, for :func:`restore_system`:
-#: ``threads``: tid -> (mask before, mask set); ``files``: path -> text before.
-_SAVED: dict = {"threads": {}, "files": {}}
-
-
-def restore_system() -> dict:
-    """Undo this process's :func:`isolate_system`: every thread it moved that still runs with
-    the mask it was given gets its old mask back (one that changed since is left alone), and
-    the work-queue and interrupt masks their old values. Without it, a second run on the same
-    machine inherits the narrowed mask (its shell was moved too) and reserves the next CPU
-    down: on the H200, three runs in a row timed on CPUs 15, 14 and 13 and left 14 and 15
-    idle (2026-12-04). Returns counts."""
-    threads = files = 0
-    for tid, (before, given) in list(_SAVED["threads"].items()):
-        try:
-            if os.sched_getaffinity(tid) == given:
-                os.sched_setaffinity(tid, before)
-                threads += 1
-        except OSError:  # ended since
-            pass
-    for path, text in list(_SAVED["files"].items()):
-        files += _write_quietly(Path(path), text)
-    _SAVED["threads"].clear()
-    _SAVED["files"].clear()
-    return {"threads_restored": threads, "files_restored": files}
-
-
-def _write_quietly(path: Path, text: str) -> bool:
-    try:
-        path.write_text(text.rstrip("\n") + "\n")
-        return True
-    except OSError:
-        return False
-
-
-def _swap_quietly(path: Path, text: str) -> bool:
-    """:func:`_write_quietly`, keeping the old text for :func:`restore_system`."""
-    try:
-        before = path.read_text()
-    except OSError:
-        before = None
-    done = _write_quietly(path, text)
-    if done and before is not None:
-        _SAVED["files"].setdefault(str(path), before)
-    return done
-
-
-def machine_cpus(sysfs: str = "/sys", proc: str = "/proc") -> set[int]:
-    """The CPUs this machine gives processes: the online ones, within this process's cgroup
-    cpuset where it has one (cgroup v2); empty when unknown."""
-    try:
-        cpus = _parse_cpu_list(Path(sysfs, "devices/system/cpu/online").read_text())
-    except (OSError, ValueError):
-        return set()
-    try:
-        line = next(ln for ln in Path(proc, "self/cgroup").read_text().splitlines() if ln.startswith("0::"))
-        effective = Path(sysfs, "fs/cgroup", line[3:].lstrip("/"), "cpuset.cpus.effective")
-        allowed = _parse_cpu_list(effective.read_text())
-        if allowed:
-            cpus &= allowed
-    except (OSError, StopIteration, ValueError):
-        pass
-    return cpus
-
-
 def _parse_cpu_list(text: str) -> set[int]:
     """``0-3,8`` -> {0, 1, 2, 3, 8}."""
     out: set[int] = set()
@@ -302,28 +163,12 @@ def keep_workflow_off_timing_cpus(n_devices: int) -> list[int]:
     if already:  # a parent workflow already did: keep its plan, and its mask for this process
         _set_process_affinity(already[1])
         return already[0]
-    asked = os.environ.get(ISOLATE_SYSTEM_ENV, "") not in ("", "0")
-    isolating = asked and _is_root()
-    base = os.sched_getaffinity(0)
-    if isolating:
-        # the machine's CPUs, not this process's mask: an earlier isolating run that was
-        # killed before restore_system left the mask narrowed, and the plan must not move
-        base = machine_cpus() or base
-    timing, rest = core_plan(base, n_devices)
+    timing, rest = core_plan(os.sched_getaffinity(0), n_devices)
     if not timing:
         return []
     _set_process_affinity(rest)
     os.environ[RESERVED_ENV] = ",".join(map(str, timing))
-    if asked:  # not root: the report says so ({"root": false}), and nothing moves
-        report = isolate_system(timing)
-        os.environ[ISOLATED_ENV] = json.dumps(report, sort_keys=True)
-        if isolating:
-            atexit.register(restore_system)  # the machine as it was found when the workflow ends
     return timing
-
-
-def _is_root() -> bool:
-    return hasattr(os, "geteuid") and os.geteuid() == 0
 
 
 def _pin_to_timing_cpu():

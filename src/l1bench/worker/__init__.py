@@ -47,7 +47,7 @@ _EXPORTS = {
     "InfraError": "l1bench.snippet",
     "pick_device": "l1bench.worker.entry",
     **dict.fromkeys(
-        ("RETIME_ENV", "CustomBuilder", "compare_outputs", "correctness_trials", "lazy_problems", "time_call",
+        ("CustomBuilder", "compare_outputs", "correctness_trials", "lazy_problems", "time_call",
          "timed_pairs", "warm_up"),
         "l1bench.timing.harness",
     ),

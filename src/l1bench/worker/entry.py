@@ -53,14 +53,6 @@ def pick_device(job: dict) -> str:
     return "cuda:0"
 
 
-def _system_isolation():
-    text = os.environ.get(timingcpus.ISOLATED_ENV)
-    try:
-        return json.loads(text) if text else None
-    except ValueError:
-        return None
-
-
 def gpu_memory(device: str, torch_mod=None) -> dict | None:
     """The caching allocator's peaks on ``device`` in this process since the last reset (a
     task worker resets them before each step, :meth:`l1bench.timing.taskstate.TaskWorker.prepare`),
@@ -116,8 +108,6 @@ def run(job: dict) -> dict:
         "finished": provenance.now_iso(),
         "wall_s": round(time.time() - t0, 3),
         "timing_cpu": os.environ.get(timingcpus.TIMING_CPU_ENV) or None,
-        # the machine-wide isolation of the timing CPUs, when the workflow made one (root)
-        "system_isolation": _system_isolation(),
         # "workflow": every process of the run kept off the timing CPUs; "worker": only workers
         "timing_cpu_reserved_by": (
             ("workflow" if os.environ.get(timingcpus.RESERVED_ENV) else "worker")
