@@ -3,12 +3,9 @@
 A task whose reference output is identically zero (or constant) for every random input makes
 any speedup meaningless (a kernel can return a constant). This scan needs no GPU: each
 reference runs in a child process with a timeout, on a few random inputs.
-
-    python scripts/scan_references.py results/h100/tasks --out results/h100/reference_scan.json
+Snakemake script of rule scan_references.
 """
 
-
-import argparse
 import json
 import subprocess
 import sys
@@ -65,27 +62,9 @@ def scan_one(ref: Path, trials: int, timeout: float) -> dict:
     return {"verdict": verdict(stats), "stats": stats}
 
 
-def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("tasks_dir")
-    ap.add_argument("--out", required=True)
-    ap.add_argument("--trials", type=int, default=2)
-    ap.add_argument("--timeout", type=float, default=120)
-    ap.add_argument("--jobs", type=int, default=2)
-    args = ap.parse_args(argv)
-    res = scan_folder(args.tasks_dir, args.trials, args.timeout, args.jobs)
-    Path(args.out).write_text(json.dumps(res, indent=1, sort_keys=True) + "\n")
-    for tid, r in res.items():
-        if r["verdict"] != "ok":
-            print(tid, r["verdict"], r.get("reason", ""))
-    return 0
-
-
-def scan_folder(tasks_dir, trials: int = 2, timeout: float = 120, jobs: int = 2, tids=None) -> dict:
-    """{tid: {"verdict": ..., "stats": ...}} for the task folders under ``tasks_dir``."""
-    refs = sorted(Path(tasks_dir).glob("*/ref.py"))
-    if tids is not None:
-        refs = [r for r in refs if r.parent.name in set(tids)]
+def scan_folder(tasks_dir, trials: int, timeout: float, jobs: int, tids) -> dict:
+    """{tid: {"verdict": ..., "stats": ...}} for the task folders ``tids`` under ``tasks_dir``."""
+    refs = [r for r in sorted(Path(tasks_dir).glob("*/ref.py")) if r.parent.name in set(tids)]
     with ThreadPoolExecutor(max(1, jobs)) as pool:
         found = pool.map(lambda r: scan_one(r, trials, timeout), refs)
         return dict(zip((r.parent.name for r in refs), found, strict=False))
@@ -112,5 +91,3 @@ def smk_main(smk) -> None:
 
 if "snakemake" in globals():
     smk_main(snakemake)  # noqa: F821
-elif __name__ == "__main__":
-    sys.exit(main())

@@ -1,14 +1,8 @@
-"""Static scan of the custom code (CPU, no code runs): constructs that make a result depend on
-the run rather than on the code.
-
-``SELF_TIMED``: the custom code times itself (CUDA events with ``enable_timing``,
-``elapsed_time``, the host's clocks) and, as the h100 release's cases do, picks its code path
-from what it measured. What it then computes, and how fast, depends on the timing noise of the
-run that loads it: L1_T001 picks a float16 matmul when that timed faster on its first call and
-float32 otherwise, so its check passed in every design-4 run on H200s (the float16 path's
-first-call mismatch flagged as ``OUTPUT_MISMATCH``) and failed (max abs diff 0.103) in three of
-four design-7 runs on H200 and H100 (session 15, results/h100/RUN_NOTES.md). The flag is for
-review: the verdict and score stay what the run measured, but a second run may not agree.
+"""Static scan of the custom code (CPU, no code runs) for ``SELF_TIMED``: code that times itself
+(CUDA events with ``enable_timing``, ``elapsed_time``, the host's clocks) and may pick its code
+path from what it measured, so its verdict and score depend on the run's timing noise (L1_T001
+picks a float16 matmul when that timed faster on its first call: its check passed in some runs
+and failed in others, 2026-12, H100 and H200). The flag is for review; the result stays as measured.
 """
 
 from __future__ import annotations

@@ -1,14 +1,9 @@
 """Custom extensions that do not build: one table from the results and the older annotations.
 
-The worker records a failed ``load_inline`` on the result (``extension_failures``: extension
-and first compiler error; the ``EXTENSION_BUILD_FAILED`` flag). Results made before it did are
-annotated in ``extension_failures.json`` (read from the job logs). This module merges both into
-one list per task and renders it:
-
-    l1bench extensions results/h100 > results/h100/extension_failures.md
-
-(The file's own first line names the command it was made with, ``PYTHONPATH=scripts python -m
-l1bench.extensions``, as when it was made: it still works and keeps the file as committed.)
+The worker records a failed ``load_inline`` on the result (``extension_failures``; the
+``EXTENSION_BUILD_FAILED`` flag); results made before it did are annotated in
+config/curation/<device>/extension_failures.json. Both are merged per task and rendered
+(``l1bench extensions results/h100``; aggregate_results writes it with the tables).
 """
 
 from __future__ import annotations

@@ -1,22 +1,9 @@
-"""What a result is: its statuses, its flags, the constants read with them, and its fields.
+"""What a result is: its statuses (:class:`Status`), flags (:class:`Flag`), the agreement
+threshold (:data:`AGREEMENT`), its fields (:class:`TaskResult`, the JSON a build, check or time
+job writes) and which jobs need no worker (:func:`no_worker_needed`).
 
-The one definition of the JSON a build, check or time job writes
-(``results/<device>/build/<tid>.json``, ``check/<tid>.json``,
-``time/<protocol>/<mode>/<tid>.json``), in the manner of KernelBench's ``KernelExecResult``:
-
-* :class:`Status` — every status a result can have, and :data:`FAILED_STATUSES` /
-  :data:`NOT_RUN_STATUSES`, the groups the tables count (l1bench.aggregate).
-* :class:`Flag` — every flag name a result or a table row can carry ("review this result").
-* :data:`AGREEMENT` — |measured/published − 1| within this counts as agreeing with the
-  published score (the tables, the slice reports, the run-to-run comparison).
-* :class:`TaskResult` — the fields every result has; :meth:`TaskResult.to_dict` is the dict
-  the worker writes (l1bench.worker.result), :meth:`TaskResult.from_dict` reads one back.
-* :func:`no_worker_needed` — which jobs are decided without starting a worker (no code, an
-  earlier stage negative, nothing to build, broken too often): asked by the worker, by
-  scripts/run_task.py and by the workflow's GPU guard (rules/common.smk, l1bench.preflight).
-
-``Status`` and ``Flag`` are ``str`` enums: a member equals, hashes and formats as its value,
-so results compare with plain strings from JSON or pandas, and JSON holds the plain value.
+``Status`` and ``Flag`` are ``str`` enums: a member equals, hashes and formats as its value, so
+results compare with plain strings from JSON or pandas.
 """
 
 from __future__ import annotations
@@ -159,26 +146,12 @@ AGREEMENT = 0.15
 class TaskResult:
     """One build, check or time result: the fields every result has, and the rest in ``extra``.
 
-    Always: ``kind`` (build/check/time), ``tid`` (``L1_T001``), ``status`` (:class:`Status`)
-    and ``reason`` (one line, '' when there is nothing to say). ``mode`` and ``protocol``: time
-    jobs (absent from the dict when unset). A time result always has ``score``, ``score_std``
-    and ``n_timings`` (None, None, 0 when unscored); check and time results always have
-    ``flags`` (``[{"flag": Flag, "reason": str}]``).
-
-    ``extra`` holds every other field, in the order written. Made by the worker
-    (l1bench.worker: ``do_build``, ``do_check``, ``do_time`` for the measurements and their
-    ``details``/``phases`` (wall seconds per step)/``phases_locked`` (GPU-lock seconds per
-    step)/lock statistics (``lock_held_s``, ``lock_wait_s``); strict time results ``strict`` (the
-    timing's summary, with ``verified`` when timed outputs were checked) and, since 2026-12-05,
-    ``strict_params``; check results, since 2026-12-06, ``min_tolerance`` (each compared
-    correctness trial's smallest passing ``atol = rtol``, null where none passes: l1bench.tolerance);
-    ``run`` adds ``snippet_sha256``, ``params``, ``provenance``, ``timing_version``
-    (:func:`timing_version` reads it), since 2026-12-05 on a GPU ``gpu_memory`` (the step's
-    allocator peaks) and, where extensions failed to build, ``extension_failures``) and by
-    scripts/run_task.py (``release_fingerprint``,
-    ``workflow_code``, ``failed_attempts``; ``provenance`` of a result decided without a
-    worker). Read by l1bench.aggregate (the tables), l1bench.timing.stalls and l1bench.extensions
-    (and by the lab's tools, lab/l1lab).
+    Always: ``kind`` (build/check/time), ``tid`` (``L1_T001``), ``status`` and ``reason`` (one
+    line, '' when there is nothing to say). ``mode`` and ``protocol``: time jobs (absent from the
+    dict when unset). A time result always has ``score``, ``score_std`` and ``n_timings`` (None,
+    None, 0 when unscored); check and time results always have ``flags``
+    (``[{"flag": Flag, "reason": str}]``). ``extra`` holds every other field, in the order
+    written: the worker's measurements (l1bench.worker) and scripts/run_task.py's bookkeeping.
     """
 
     kind: str
