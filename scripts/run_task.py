@@ -97,34 +97,6 @@ def worker_env(smk) -> dict:
     return env
 
 
-def decided_without_worker(res: dict, job: dict) -> dict:
-    """A result decided in this process: its params, and provenance saying no worker ran."""
-    from l1bench.provenance import now_iso
-
-    res["params"] = job.get("params", {})
-    res["provenance"] = {"started": now_iso(), "finished": now_iso(), "wall_s": 0.0, "worker": False}
-    return res
-
-
-def no_code_result(job: dict) -> dict | None:
-    """The ``no_code`` result of a task whose release entry has no custom code, else None.
-
-    Decided from the task's ``meta.json`` alone (no snippet runs), with the same fields as a
-    worker's ``no_code`` result.
-    """
-    import json
-
-    from l1bench.results import NoWorker, Status, no_worker_needed
-    from l1bench.worker import NO_CODE_REASON, result
-
-    meta = json.loads((Path(job["task_dir"]) / "meta.json").read_text())
-    if no_worker_needed(job["kind"], has_code="custom" in meta.get("snippets", {})) is not NoWorker.NO_CODE:
-        return None
-    res = result(job, Status.NO_CODE, NO_CODE_REASON)
-    res["snippet_sha256"] = {k: v["sha256"] for k, v in meta["snippets"].items()}
-    return decided_without_worker(res, job)
-
-
 def custom_builds_extensions(job: dict) -> bool | None:
     """Whether the task's custom code compiles a C++/CUDA extension (None: no custom file)."""
     from l1bench.release import SNIPPET_FILES
@@ -132,41 +104,6 @@ def custom_builds_extensions(job: dict) -> bool | None:
 
     custom = Path(job["task_dir"]) / SNIPPET_FILES["custom"]
     return builds_extensions(custom.read_text()) if custom.exists() else None
-
-
-def nothing_to_build(job: dict) -> dict | None:
-    """The build result of custom code that compiles no extension, else None."""
-    from l1bench.results import NoWorker, Status, no_worker_needed
-    from l1bench.worker import result
-
-    why = no_worker_needed(job["kind"], builds_extensions=lambda: custom_builds_extensions(job))
-    if why is not NoWorker.NOTHING_TO_BUILD:
-        return None
-    res = result(
-        job, Status.OK, "no C++/CUDA extension in the custom code: nothing to build", build_s=0.0, extensions=[]
-    )
-    return decided_without_worker(res, job)
-
-
-def carried_forward(job: dict) -> dict | None:
-    """The result of a job whose build (for a check) or check (for a time job) was negative:
-    that status and reason, decided here as the worker would, without starting it."""
-    from l1bench.worker import upstream_status
-
-    res = upstream_status(job)
-    return decided_without_worker(res, job) if res is not None else None
-
-
-def gave_up(job: dict, attempts: list, max_attempts: int) -> dict | None:
-    """The terminal result of a job that broke ``max_attempts`` times, else None."""
-    from l1bench.attempts import given_up, terminal_reason, terminal_status
-    from l1bench.results import NoWorker, no_worker_needed
-    from l1bench.worker import result
-
-    if no_worker_needed(job["kind"], given_up=given_up(attempts, max_attempts)) is not NoWorker.GAVE_UP:
-        return None
-    res = result(job, terminal_status(attempts), terminal_reason(attempts), failed_attempts=attempts)
-    return decided_without_worker(res, job)
 
 
 def upstream_result_status(job: dict) -> str | None:
@@ -185,11 +122,13 @@ def without_worker(job: dict, attempts: list, max_attempts: int) -> dict | None:
     """The result of a job decided in this process, without a worker (no interpreter, no CUDA
     context), else None: :func:`l1bench.results.no_worker_needed` decides, from the task's
     ``meta.json`` and custom code, the earlier stage's result and the attempts ledger (each
-    read only when the decision needs it)."""
+    read only when the decision needs it). Its ``provenance`` says no worker ran."""
     import json
 
-    from l1bench.attempts import given_up
-    from l1bench.results import NoWorker, no_worker_needed
+    from l1bench.attempts import given_up, terminal_reason, terminal_status
+    from l1bench.provenance import now_iso
+    from l1bench.results import NoWorker, Status, no_worker_needed
+    from l1bench.worker import NO_CODE_REASON, result, upstream_status
 
     why = no_worker_needed(
         job["kind"],
@@ -201,9 +140,17 @@ def without_worker(job: dict, attempts: list, max_attempts: int) -> dict | None:
     if why is None:
         return None
     if why is NoWorker.GAVE_UP:
-        return gave_up(job, attempts, max_attempts)
-    return {NoWorker.NO_CODE: no_code_result, NoWorker.NOTHING_TO_BUILD: nothing_to_build,
-            NoWorker.UPSTREAM: carried_forward}[why](job)
+        res = result(job, terminal_status(attempts), terminal_reason(attempts), failed_attempts=attempts)
+    elif why is NoWorker.NO_CODE:
+        res = result(job, Status.NO_CODE, NO_CODE_REASON)
+    elif why is NoWorker.NOTHING_TO_BUILD:
+        reason = "no C++/CUDA extension in the custom code: nothing to build"
+        res = result(job, Status.OK, reason, build_s=0.0, extensions=[])
+    else:
+        res = upstream_status(job)
+    res["params"] = job.get("params", {})
+    res["provenance"] = {"started": now_iso(), "finished": now_iso(), "wall_s": 0.0, "worker": False}
+    return res
 
 
 def ledger_file(smk) -> Path:
@@ -363,7 +310,7 @@ def main(smk) -> None:
             sys.exit(f"{smk.rule}: {err}")
         except JobFailed as err:
             attempts = record_failure(smk, err, log_start, ledger)
-            res = gave_up(job, attempts, max_attempts)
+            res = without_worker(job, attempts, max_attempts)
             if res is None:
                 logging.error(
                     "FAILED (no result written; retried, attempt %d of %s%s): %s",

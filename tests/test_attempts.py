@@ -85,14 +85,17 @@ def test_failed_jobs_are_read_from_snakemake_logs():
 
 
 def test_a_job_that_broke_max_attempts_times_gets_a_terminal_result(tmp_path):
-    gave_up = script_module("run_task").gave_up
+    without_worker = script_module("run_task").without_worker
 
-    job = {"kind": "time", "tid": "L1_T081", "mode": "cuda_graph", "protocol": "paper", "params": {"seed": 42}}
+    (tmp_path / "meta.json").write_text(json.dumps({"snippets": {"custom": {"file": "custom.py", "sha256": "b"}}}))
+    (tmp_path / "check.json").write_text(json.dumps({"kind": "check", "status": "pass", "reason": ""}))
+    job = {"kind": "time", "tid": "L1_T081", "mode": "cuda_graph", "protocol": "paper", "params": {"seed": 42},
+           "task_dir": str(tmp_path), "check_result": str(tmp_path / "check.json")}
     ledger = tmp_path / "ledger.json"
     for _ in range(2):
         got = attempts.record(ledger, "L1_T081: infrastructure failure (CUDA fault or out of memory), see log", "infra")
-    assert gave_up(job, got[:1], 2) is None and gave_up(job, got, 0) is None
-    res = gave_up(job, got, 2)
+    assert without_worker(job, got[:1], 2) is None and without_worker(job, got, 0) is None
+    res = without_worker(job, got, 2)
     assert res["status"] == "crashed" and res["score"] is None and res["mode"] == "cuda_graph"
     assert res["reason"].startswith("broke in all 2 attempts") and len(res["failed_attempts"]) == 2
     assert res["provenance"]["worker"] is False and res["params"] == {"seed": 42}

@@ -414,33 +414,35 @@ def test_lock_holder_runs_on_the_timing_cpu(tmp_path, monkeypatch):
 def test_no_code_result_needs_no_worker(tmp_path):
     import json
 
-    no_code_result = script_module("run_task").no_code_result
+    without_worker = script_module("run_task").without_worker
 
     task = tmp_path / "L1_T007"
     task.mkdir()
     meta = {"snippets": {"ref": {"file": "ref.py", "sha256": "ab"}}}
     (task / "meta.json").write_text(json.dumps(meta))
     job = {"kind": "time", "tid": "L1_T007", "mode": "cudnn", "protocol": "paper", "task_dir": str(task)}
-    res = no_code_result(job)
+    res = without_worker(job, [], 0)
     assert res["status"] == "no_code" and res["mode"] == "cudnn" and res["score"] is None
-    assert res["snippet_sha256"] == {"ref": "ab"} and res["flags"] == []
+    assert res["flags"] == [] and res["provenance"]["worker"] is False
     meta["snippets"]["custom"] = {"file": "custom.py", "sha256": "cd"}
     (task / "meta.json").write_text(json.dumps(meta))
-    assert no_code_result(job) is None
+    (task / "check.json").write_text(json.dumps({"kind": "check", "status": "pass", "reason": ""}))
+    assert without_worker(job | {"check_result": str(task / "check.json")}, [], 0) is None
 
 
 def test_a_failed_check_is_carried_forward_without_a_worker(tmp_path):
-    carried_forward = script_module("run_task").carried_forward
+    without_worker = script_module("run_task").without_worker
 
+    (tmp_path / "meta.json").write_text(json.dumps({"snippets": {"custom": {"file": "custom.py", "sha256": "b"}}}))
     check = tmp_path / "check.json"
     check.write_text(json.dumps({"kind": "check", "status": "incorrect", "reason": "trial 1: values differ"}))
-    job = {"kind": "time", "tid": "L3_T043", "mode": "cudnn", "protocol": "strict", "check_result": str(check)}
-    res = carried_forward(job)
+    job = {"kind": "time", "tid": "L3_T043", "mode": "cudnn", "protocol": "strict", "check_result": str(check),
+           "task_dir": str(tmp_path)}
+    res = without_worker(job, [], 0)
     assert res["status"] == "incorrect" and res["reason"] == "check: trial 1: values differ"
     assert res["mode"] == "cudnn" and res["provenance"]["worker"] is False
     check.write_text(json.dumps({"kind": "check", "status": "pass", "reason": ""}))
-    assert carried_forward(job) is None  # a passed check: the worker times it
-    assert carried_forward({"kind": "build", "tid": "L3_T043"}) is None
+    assert without_worker(job, [], 0) is None  # a passed check: the worker times it
 
 
 def test_holding_the_lock_too_long_is_cut_short(tmp_path):
@@ -573,17 +575,17 @@ def test_a_build_lock_left_by_a_killed_process_is_cleared_and_loads_take_turns(t
 
 
 def test_nothing_to_build_without_extensions(tmp_path):
-    nothing_to_build = script_module("run_task").nothing_to_build
+    without_worker = script_module("run_task").without_worker
 
     task = tmp_path / "L1_T001"
     task.mkdir()
+    (task / "meta.json").write_text(json.dumps({"snippets": {"custom": {"file": "custom.py", "sha256": "b"}}}))
     job = {"kind": "build", "tid": "L1_T001", "task_dir": str(task)}
     (task / "custom.py").write_text("import torch\nclass ModelNew(torch.nn.Module):\n    pass\n")
-    res = nothing_to_build(job)
+    res = without_worker(job, [], 0)
     assert res["status"] == "ok" and res["extensions"] == [] and "nothing to build" in res["reason"]
     (task / "custom.py").write_text("from torch.utils.cpp_extension import load_inline\n")
-    assert nothing_to_build(job) is None
-    assert nothing_to_build(job | {"kind": "check"}) is None
+    assert without_worker(job, [], 0) is None
 
 
 def test_extension_builds_release_the_gpu_lock(monkeypatch):
