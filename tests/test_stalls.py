@@ -79,15 +79,6 @@ def test_aggregate_flags_and_rescores_paper_results(tmp_path):
     assert [c.strip() for c in row.split("|")[3:5]] == ["1", "0 → 1"]
 
 
-def test_stall_rate_counts_paper_timings_only():
-    stalled = paper_result([list(FAST)] * 7, [[0.015, 4.2, 0.015, 0.015, 0.015]] + [[0.015] * 5] * 6)
-    quiet = paper_result([list(FAST)] * 7, [[0.015] * 5] * 7)
-    rate = stalls.stall_rate([stalled, quiet, stalled | {"protocol": "strict"}, {"status": "incorrect"}])
-    assert rate == {"results": 2, "timed_calls": 140, "stalled_calls": 1, "flagged": 1}
-    assert "1 of 140 (7.1 per 1000)" in stalls.describe_rate(rate)
-    assert stalls.describe_rate(stalls.stall_rate([])) == "no paper-protocol timings"
-
-
 def test_flagged_results_lists_the_files_to_retime(tmp_path):
     stalled = paper_result([list(FAST)] * 7, [[0.015, 4.2, 0.015, 0.015, 0.015]] * 2 + [[0.015] * 5] * 5)
     quiet = paper_result([list(FAST)] * 7, [[0.015] * 5] * 7)

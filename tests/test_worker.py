@@ -675,43 +675,10 @@ def test_compile_mode_calls_compiled_models_only_inside_sections(tasks, tmp_path
     assert not any("unlocked, graphs locked" in k for k in res["phases"])
     # the compile let go of the lock at least once; rebuilt models reuse the compiled graph
     assert res["lock_paused_n"] >= 1 and res["compiled_graphs"] == 1
-    assert isinstance(res["inductor_steps"], dict)  # Triton's first-launch steps (none on the CPU)
     # torch.compile's imports and wrapper were made before the section (None: inside the lock)
     assert res["compile_prepared_s"] > 0
     host = res["host_timing"]
     assert res["timing_version"] == TIMING_VERSION and host["calls"] == 12 + 2 * host["retimed_pairs"]
-
-
-def test_inductor_first_launch_steps_are_timed_with_the_lock_they_held(monkeypatch, tmp_path):
-    """time_steps_of wraps the named methods once (absent ones skipped), leaves what they do
-    unchanged, and accumulates each call's wall time, the part with the GPU lock held, and
-    the number of calls."""
-    from l1bench.timing import gpulock
-    from l1bench.worker import torch_hooks
-
-    monkeypatch.setattr(torch_hooks, "_INDUCTOR_STEPS", {})
-
-    class Autotuner:
-        def precompile(self, x):
-            time.sleep(0.02)
-            return x + 1
-
-        def benchmark_all_configs(self):
-            time.sleep(0.01)
-            return "timed"
-
-    names = ("precompile", "benchmark_all_configs", "not_in_this_version")
-    assert torch_hooks.time_steps_of(Autotuner, names) == ["precompile", "benchmark_all_configs"]
-    torch_hooks.time_steps_of(Autotuner, names)  # again: not wrapped twice
-    assert not hasattr(Autotuner.precompile.__wrapped__, "__wrapped__")
-    tuner = Autotuner()
-    assert tuner.precompile(1) == 2  # unlocked
-    with gpulock.device_lock("cpu", tmp_path, {}):
-        assert tuner.precompile(2) == 3 and tuner.benchmark_all_configs() == "timed"
-    steps = torch_hooks.inductor_steps()
-    assert steps["precompile"]["n"] == 2 and steps["benchmark_all_configs"]["n"] == 1
-    assert 0.02 <= steps["precompile"]["locked_s"] < steps["precompile"]["s"]
-    assert steps["benchmark_all_configs"]["locked_s"] == steps["benchmark_all_configs"]["s"] >= 0.01
 
 
 def test_a_compile_error_is_remembered_across_processes(monkeypatch, tmp_path):

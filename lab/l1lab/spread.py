@@ -24,6 +24,7 @@ from l1bench.aggregate.markdown import md_table
 from l1bench.io import atomic_write_text
 from l1bench.results import AGREEMENT, Status
 from l1bench.timing import hostclock, stalls
+from l1lab.stagetimes import per_1000, stall_rate
 
 
 def _num(x) -> float | None:
@@ -83,7 +84,7 @@ def run_to_run(first_root, second_root, mode: str = "default", protocol: str = "
     diffs = [r["rel_diff"] for r in rows]
     full = [r["rel_diff"] for r in rows if not r["early_stopped"]]
     clean = [r["rel_diff_without_stalls"] for r in rows]
-    rates = [stalls.per_1000(stalls.stall_rate(res.values())) for res in (a, b)]
+    rates = [per_1000(stall_rate(res.values())) for res in (a, b)]
     return {
         "machines": [machine_of(res.values()) for res in (a, b)],
         "tol": tol,

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from tabulate import tabulate
 
+from l1bench.results import Status
 from l1bench.timing import hostclock, stalls
 from l1lab.retime import prepared
 
@@ -479,10 +480,55 @@ def others_busy_by_second(lines, timing_cpu: int | None = None) -> dict[int, flo
     return out
 
 
+def timed_and_stalled(res: dict) -> tuple[int, int] | None:
+    """(timed calls, stalled calls) of one paper-protocol result with timings (whatever its
+    status); None for any other."""
+    if res.get("protocol", "paper") != "paper" or not res.get("ref_ms"):
+        return None
+    info = stalls.rescore(res["ref_ms"], res.get("custom_ms") or [])
+    if info is None:
+        return None
+    return sum(map(len, res["ref_ms"])) + sum(map(len, res.get("custom_ms") or [])), info["stalled_calls"]
+
+
+def ok_timed_and_stalled(results):
+    """(result, timed calls, stalled calls) of each ok paper-protocol result with timings: the
+    results every stall rate counts (:func:`stall_rate` and this module's lines)."""
+    for res in results:
+        counts = timed_and_stalled(res) if res.get("status") == Status.OK else None
+        if counts is not None:
+            yield res, counts[0], counts[1]
+
+
+def stall_rate(results) -> dict:
+    """Over paper-protocol result dicts: results, timed calls, stalled calls, flagged results."""
+    out = {"results": 0, "timed_calls": 0, "stalled_calls": 0, "flagged": 0}
+    for res, n_timed, n_stalled in ok_timed_and_stalled(results):
+        out["results"] += 1
+        out["timed_calls"] += n_timed
+        out["stalled_calls"] += n_stalled
+        out["flagged"] += stalls.outlier_flag(res) is not None
+    return out
+
+
+def per_1000(rate: dict) -> float:
+    """Stalled calls per 1000 timed calls of a :func:`stall_rate` (0 without timings)."""
+    return 1000 * rate["stalled_calls"] / rate["timed_calls"] if rate["timed_calls"] else 0.0
+
+
+def describe_rate(rate: dict) -> str:
+    if not rate["timed_calls"]:
+        return "no paper-protocol timings"
+    return (
+        f"timed calls stalled by the host: {rate['stalled_calls']} of {rate['timed_calls']} "
+        f"({per_1000(rate):.1f} per 1000); paper results flagged {stalls.FLAG}: {rate['flagged']} of {rate['results']}"
+    )
+
+
 def _ok_paper_counts(rows):
-    """:func:`l1bench.timing.stalls.ok_timed_and_stalled` of the time results among ``rows``: the
+    """:func:`ok_timed_and_stalled` of the time results among ``rows``: the
     results of the run's stall-rate headline."""
-    return stalls.ok_timed_and_stalled(r for r in rows if r.get("kind") == "time")
+    return ok_timed_and_stalled(r for r in rows if r.get("kind") == "time")
 
 
 #: Buckets of :func:`stalls_by_load`: the other CPUs' mean busy share during a step.
@@ -491,7 +537,7 @@ LOAD_BUCKETS = ((0.0, 0.25), (0.25, 0.5), (0.5, 0.75), (0.75, 1.01))
 
 def stalls_by_load(rows, busy: dict[int, float]) -> list[dict]:
     """Stalled timed calls of the ok paper-protocol time results (:mod:`l1bench.timing.stalls`, the same
-    results as the run's stall-rate headline, :func:`l1bench.timing.stalls.stall_rate`), bucketed by
+    results as the run's stall-rate headline, :func:`stall_rate`), bucketed by
     how busy the other CPUs were during the step (mean of :func:`others_busy_by_second` over its
     provenance span): does the run's own load stretch its timed calls, or do stalls come at any
     load (the host's)? Steps without samples in their span are left out."""
@@ -807,7 +853,7 @@ def report(root, samples=None, since=None, until=None, bullet: str = "") -> str:
     lines = [
         f"first start to last finish {o['span_s']:.0f} s; GPU lock held {o['gpu_lock_s']:.0f} s "
         f"({100 * o['lock_share']:.0f} % of it)",
-        stalls.describe_rate(stalls.stall_rate(r for r in rows if r["kind"] == "time")),
+        describe_rate(stall_rate(r for r in rows if r["kind"] == "time")),
     ]
     causes = stall_causes(rows)
     if causes:

@@ -402,3 +402,20 @@ def test_the_host_bound_line_counts_the_ok_paper_results_that_record_launches():
     assert stagetimes.describe_host_bound(hb).endswith(
         "median timed call): 3 of 4 (reference only 1, custom only 1, both 1); their scores move with the host's speed")
     assert stagetimes.host_bound(rows[6:]) is None and stagetimes.describe_host_bound(None) is None
+
+
+def test_stall_rate_counts_paper_timings_only():
+    params = {"outer_trials": 7, "early_stop_below": 0.3}
+    fast = [0.030, 0.031, 0.029, 0.030, 0.030]
+
+    def paper(custom_ms):
+        ref_ms = [list(fast)] * 7
+        trials = [sum(r) / len(r) / (sum(c) / len(c)) for r, c in zip(ref_ms, custom_ms, strict=False)]
+        return {"kind": "time", "protocol": "paper", "mode": "default", "status": "ok", "params": params,
+                "score": sum(trials) / len(trials), "ref_ms": ref_ms, "custom_ms": custom_ms}
+
+    stalled = paper([[0.015, 4.2, 0.015, 0.015, 0.015]] + [[0.015] * 5] * 6)
+    quiet = paper([[0.015] * 5] * 7)
+    rate = stagetimes.stall_rate([stalled, quiet, stalled | {"protocol": "strict"}, {"status": "incorrect"}])
+    assert rate == {"results": 2, "timed_calls": 140, "stalled_calls": 1, "flagged": 1}
+    assert stagetimes.per_1000(rate) == pytest.approx(1000 / 140)

@@ -98,52 +98,6 @@ def outlier_flag(res: dict, tolerance: float = TOLERANCE) -> tuple[str, dict] | 
     return reason, info
 
 
-def timed_and_stalled(res: dict) -> tuple[int, int] | None:
-    """(timed calls, stalled calls) of one paper-protocol result with timings (whatever its
-    status); None for any other."""
-    if res.get("protocol", "paper") != "paper" or not res.get("ref_ms"):
-        return None
-    info = rescore(res["ref_ms"], res.get("custom_ms") or [])
-    if info is None:
-        return None
-    return sum(map(len, res["ref_ms"])) + sum(map(len, res.get("custom_ms") or [])), info["stalled_calls"]
-
-
-def ok_timed_and_stalled(results):
-    """(result, timed calls, stalled calls) of each ok paper-protocol result with timings: the
-    results every stall rate counts (:func:`stall_rate`, and l1bench.stagetimes' lines)."""
-    for res in results:
-        counts = timed_and_stalled(res) if res.get("status") == Status.OK else None
-        if counts is not None:
-            yield res, counts[0], counts[1]
-
-
-def stall_rate(results) -> dict:
-    """Over paper-protocol result dicts: results, timed calls, stalled calls, flagged results."""
-    out = {"results": 0, "timed_calls": 0, "stalled_calls": 0, "flagged": 0}
-    for res, n_timed, n_stalled in ok_timed_and_stalled(results):
-        out["results"] += 1
-        out["timed_calls"] += n_timed
-        out["stalled_calls"] += n_stalled
-        out["flagged"] += outlier_flag(res) is not None
-    return out
-
-
-def per_1000(rate: dict) -> float:
-    """Stalled calls per 1000 timed calls of a :func:`stall_rate` (0 without timings)."""
-    return 1000 * rate["stalled_calls"] / rate["timed_calls"] if rate["timed_calls"] else 0.0
-
-
-def describe_rate(rate: dict) -> str:
-    if not rate["timed_calls"]:
-        return "no paper-protocol timings"
-    per = per_1000(rate)
-    return (
-        f"timed calls stalled by the host: {rate['stalled_calls']} of {rate['timed_calls']} ({per:.1f} per 1000); "
-        f"paper results flagged {FLAG}: {rate['flagged']} of {rate['results']}"
-    )
-
-
 def flagged_results(results_root) -> list[str]:
     """Paths of the paper-protocol time results under ``results_root`` that :func:`outlier_flag`
     flags, sorted (to re-time them: ``--forcerun`` these files)."""

@@ -39,10 +39,8 @@ from l1bench.timing.sections import exclusive, phase
 from l1bench.worker.outcome import NO_CODE_REASON, guarded, result, upstream_status
 from l1bench.worker.torch_hooks import (
     COMPILE_MODES,
-    inductor_steps,
     prepare_compile,
     release_lock_during_dynamo_compiles,
-    time_inductor_runtime_steps,
     wrap_baseline,
 )
 
@@ -300,9 +298,6 @@ def compile_reference(setup: TimingSetup) -> None:
     is reused by every outer trial's model."""
     mode, device, p, stats = setup.mode, setup.device, setup.p, setup.stats
     stats["dynamo_compiles_unlocked"] = release_lock_during_dynamo_compiles()
-    # which of inductor's first-launch steps (Triton compile, loading, benchmarking) hold the
-    # lock: recorded, not changed
-    timed_steps = time_inductor_runtime_steps()
     base_cpu, _ = setup.baseline_on_cpu(p["seed"])
     # imports and torch.compile's wrapper before the lock, not in the section (CPU only)
     stats["compile_prepared_s"] = prepare_compile(mode)
@@ -313,5 +308,3 @@ def compile_reference(setup: TimingSetup) -> None:
         base = wrap_baseline(move(base_cpu, device), mode)
         base(*inputs)
         del base, base_cpu, inputs
-    if timed_steps:
-        stats["inductor_steps"] = inductor_steps()

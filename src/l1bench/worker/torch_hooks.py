@@ -93,69 +93,6 @@ def release_lock_during_dynamo_compiles() -> bool:
     return True
 
 
-#: Inductor's run-time steps of a compiled kernel's first launches (Triton's compile of each
-#: config, loading the binaries, benchmarking the configs), timed by
-#: :func:`time_inductor_runtime_steps`: name -> {"s": wall, "locked_s": wall with the GPU lock
-#: held (at entry), "n": calls}. Recorded on compile-mode results (``inductor_steps``), to show
-#: which of them make the compile step's locked time.
-_INDUCTOR_STEPS: dict = {}
-#: CachingAutotuner methods timed, by what they do (absent ones are skipped: torch versions differ).
-INDUCTOR_STEP_METHODS = {
-    "precompile": "compile (Triton) and load every config",
-    "_make_launchers": "load the compiled binaries",
-    "benchmark_all_configs": "benchmark the configs (GPU)",
-    "coordinate_descent_tuning": "coordinate-descent tuning (GPU)",
-}
-
-
-def _timed_step(fn, name: str):
-    def call(*args, **kwargs):
-        locked = gpulock.DeviceLock.current is not None
-        t0 = time.perf_counter()
-        try:
-            return fn(*args, **kwargs)
-        finally:
-            dt = time.perf_counter() - t0
-            step = _INDUCTOR_STEPS.setdefault(name, {"s": 0.0, "locked_s": 0.0, "n": 0})
-            step["s"] += dt
-            step["locked_s"] += dt if locked else 0.0
-            step["n"] += 1
-
-    call.__wrapped__ = fn
-    return call
-
-
-def time_steps_of(cls, names=tuple(INDUCTOR_STEP_METHODS)) -> list[str]:
-    """Wrap the methods ``names`` of ``cls`` (once) so each call's wall time, and whether the
-    GPU lock was held, accumulate in ``_INDUCTOR_STEPS``; the names wrapped (absent ones are
-    skipped). Timing only: what the methods do is unchanged."""
-    done = []
-    for name in names:
-        fn = cls.__dict__.get(name)
-        if fn is None or not callable(fn):
-            continue
-        if not hasattr(fn, "__wrapped__"):
-            setattr(cls, name, _timed_step(fn, name))
-        done.append(name)
-    return done
-
-
-def time_inductor_runtime_steps() -> list[str]:
-    """:func:`time_steps_of` inductor's ``CachingAutotuner`` (Triton kernels' first launches);
-    [] where this torch has none (no Triton, other versions)."""
-    try:
-        from torch._inductor.runtime.triton_heuristics import CachingAutotuner
-    except Exception:  # noqa: BLE001 - no inductor runtime here: nothing to time
-        return []
-    return time_steps_of(CachingAutotuner)
-
-
-def inductor_steps() -> dict:
-    """The timed inductor steps so far, rounded (for a result)."""
-    return {k: {"s": round(v["s"], 4), "locked_s": round(v["locked_s"], 4), "n": v["n"]}
-            for k, v in sorted(_INDUCTOR_STEPS.items())}
-
-
 def prepare_compile(mode: str) -> float | None:
     """Before the compile step's GPU section: the CPU-only part of a compile mode's first call
     that would otherwise run with the lock held, on an empty module: the mode's backend, a
