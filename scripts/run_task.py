@@ -1,15 +1,9 @@
 """Snakemake script of build_task, check_task and time_task: one worker child per job.
 
-The child (l1bench.worker) runs the snippet code; this process only prepares
-the job, enforces the timeout and writes the result atomically. A negative
-verdict is a result; a timeout, crash or CUDA fault raises, so the job fails
-and leaves no output, and is recorded in the job's attempts ledger
-(l1bench.attempts); Snakemake retries it within the run (the rules' ``retries``), and the
-``max_attempts``-th counted broken attempt (config) writes a terminal ``crashed``/``timeout``
-result instead of failing, so the later stages and the tables follow. A job stopped because
-its Snakemake process is gone (``l1bench.lifeline``) leaves no result and is not an attempt;
-a full disk (ENOSPC) and running out of GPU memory beside other jobs are attempts that do not
-count.
+The child (l1bench.worker) runs the snippet code; this process prepares the job, enforces the
+timeout and writes the result atomically. A negative verdict is a result; a timeout, crash or
+CUDA fault fails the job and is recorded in its attempts ledger (l1bench.attempts), until the
+``max_attempts``-th counted attempt writes a terminal ``crashed``/``timeout`` result.
 """
 
 import logging
@@ -50,9 +44,8 @@ def results_root(smk) -> Path:
 
 def lock_dir(smk) -> str | None:
     """Where the worker's device lock lives: for the CPU backend (the demo) inside this results
-    directory (``tmp/``), so that runs of other clones or results directories, and the tests,
-    never wait for each other; None for GPUs, whose locks stay machine-wide, one per GPU (two
-    runs timing on one GPU must exclude each other, whichever folder they run in)."""
+    directory, so that other runs and the tests never wait for it; None for GPUs, whose locks are
+    machine-wide, one per GPU."""
     return str(results_root(smk) / "tmp") if smk.params.backend == "cpu" else None
 
 
@@ -200,10 +193,8 @@ def _run_job(smk, job: dict, home: Path) -> dict:
 
 def record_failure(smk, err, log_start: int, ledger: Path) -> list:
     """Record the broken attempt ``err`` (runner.JobFailed) in the job's ledger, with this
-    attempt's last error line (its job log from ``log_start``); an infrastructure failure is
-    marked, and so not counted (l1bench.attempts.counted): a full disk (its log says ENOSPC, or
-    the results' disk is full now; named in its error) or running out of GPU memory beside other
-    jobs. Returns every attempt so far."""
+    attempt's last error line (its job log from ``log_start``), marking a full disk or running out
+    of GPU memory beside other jobs (not counted). Returns every attempt so far."""
     from l1bench import attempts
 
     with open(smk.log[0], "rb") as fh:  # this attempt's lines

@@ -1,16 +1,10 @@
 """Broken attempts of a job (timeout, crash, CUDA fault), and when to stop retrying.
 
-A job whose worker breaks leaves no result, so it is retried: right for a transient fault
-(another job's memory, a lost device), wrong for a task that breaks the same way every time
-(custom code that invalidates a CUDA graph capture): it would be retried in every run and its
-task x mode would never get a status. Each broken attempt is therefore
-appended to a small ledger beside the results (``<results>/<device>/attempts/<the result's
-path below it>``, written atomically); once it holds ``max_attempts`` entries the job gets a
-terminal result instead (status ``crashed`` or ``timeout``, the errors as the reason), decided
-without starting the worker again. Infrastructure failures are recorded but not counted
-(:func:`counted`): an attempt that ran out of GPU memory while other jobs shared the GPU (the
-retry takes the GPU alone), and one that found the disk full (``ENOSPC``, :func:`disk_full`).
-A later success moves the ledger into its result
+Each broken attempt is appended to a ledger beside the results (``<results>/<device>/attempts/
+<the result's path below it>``); once it holds ``max_attempts`` counted entries the job gets a
+terminal result (``crashed`` or ``timeout``) instead of being retried in every run. An attempt
+that ran out of GPU memory beside other jobs, or found the disk full, is recorded but not
+counted (:func:`counted`). A later success moves the ledger into its result
 (``failed_attempts``). Deleting the result *and* its ledger retries from scratch.
 """
 
@@ -89,10 +83,9 @@ def gpu_shared(job_slots, run_slots) -> bool:
 
 
 def takes_every_slot(job_slots, run_slots) -> bool:
-    """Whether a job that took ``job_slots`` of the run's ``run_slots`` GPU job slots took all of
-    several (the retry of an attempt that ran out of memory beside other jobs:
-    :func:`l1bench.plan.gpu_slots`): no other GPU job of its run runs beside it, and it asks the
-    run's idle task workers to leave (:func:`l1bench.timing.taskworker.gpu_alone`)."""
+    """Whether a job took all of several GPU job slots (the retry of an attempt that ran out of
+    memory beside other jobs): it asks the run's idle task workers to leave too
+    (:func:`l1bench.timing.taskworker.gpu_alone`)."""
     slots = _slot_counts(job_slots, run_slots)
     return slots is not None and slots[1] > 1 and slots[0] >= slots[1]
 
@@ -148,17 +141,14 @@ def infrastructure(attempt: dict) -> bool:
 
 
 def ran_out_sharing(attempts: list[dict]) -> bool:
-    """Whether an attempt ran out of GPU memory while other jobs shared the GPU: not the task's
-    own failure (their memory counted too), so it is not counted (:func:`counted`), and the
-    retry runs with the GPU to itself (:func:`l1bench.plan.gpu_slots`)."""
+    """Whether an attempt ran out of GPU memory while other jobs shared the GPU: not counted,
+    and the retry runs with the GPU to itself (:func:`l1bench.plan.gpu_slots`)."""
     return any(map(_out_beside_others, attempts))
 
 
 def counted(attempts: list[dict]) -> list[dict]:
     """The attempts that count towards giving up: all but infrastructure failures
-    (:func:`infrastructure`; on an 80 GB H100, three attempts that ran out of memory beside
-    other jobs in nine minutes had given 22 results of tasks that fit the GPU a terminal
-    ``crashed``)."""
+    (:func:`infrastructure`)."""
     return [a for a in attempts if not infrastructure(a)]
 
 
@@ -169,11 +159,8 @@ def given_up(attempts: list[dict], max_attempts: int) -> bool:
 
 def in_run_retries(max_attempts: int) -> int | None:
     """How often Snakemake retries a build, check or time job within one run (the rules'
-    ``retries``): ``max_attempts`` times, so a job that breaks every time reaches its terminal
-    result in the run that first tries it (its ``max_attempts``-th counted attempt writes it,
-    and the tables follow), with one retry to spare for an infrastructure failure, which does
-    not count (:func:`counted`). None for ``max_attempts`` 0 (retry forever, across runs): the
-    command line's ``--retries`` then."""
+    ``retries``): ``max_attempts``, so a job that breaks every time gets its terminal result in
+    the run that first tries it. None for ``max_attempts`` 0 (retry forever, across runs)."""
     return max_attempts if max_attempts > 0 else None
 
 

@@ -1,22 +1,12 @@
 """Jobs die with the run that started them: no worker outlives its job, no job its workflow.
 
-Two links, so that killing the Snakemake process (``kill -9``, the end of a time budget, a
-lost terminal) leaves nothing running, on a GPU nothing that keeps taking the device lock:
-
 * **workflow -> job script.** The Snakemake process exports a token naming itself
-  (:data:`WORKFLOW_ENV`: pid and start time, so a reused pid is not mistaken for it, and its
-  host); every job script inherits it, and the runner (``runner.run_worker``) checks it while
-  its worker runs. Once the workflow is gone the job stops its worker and ends without a
-  result. That is not an attempt of the task (``l1bench.attempts`` counts only attempts that
-  broke by themselves). A job on another host than its workflow (a cluster job: sbatch passes
-  the environment on) cannot see that process and does not watch it; the cluster's scheduler
-  cancels the jobs of a run that is stopped.
-* **job script -> worker.** The worker runs under a small guard (``python -m l1bench.lifeline
-  PARENT_PID CMD...``) that leads the worker's process group and asks the kernel to signal it
-  when its parent, the job script, dies (``PR_SET_PDEATHSIG``; elsewhere it polls its parent);
-  it then kills the whole group: the worker and whatever the worker started (compilers,
-  compile workers). The worker in turn is killed when the guard dies, however it dies. The
-  guard passes the worker's exit status on unchanged.
+  (:data:`WORKFLOW_ENV`: pid, start time and host); the runner checks it while its worker runs
+  and, once the workflow is gone, stops the worker and ends without a result (not an attempt).
+  A job on another host (a cluster job) does not watch it: the scheduler cancels those.
+* **job script -> worker.** The worker runs under a guard (``python -m l1bench.lifeline
+  PARENT_PID CMD...``) that leads its process group and kills the whole group when the job
+  script dies (``PR_SET_PDEATHSIG``, else polling); it passes the worker's exit status on.
 """
 
 from __future__ import annotations

@@ -64,11 +64,6 @@ def parse_task_id(tid: str) -> tuple[int, int]:
     return int(lv[1:]), int(tk[1:])
 
 
-def is_missing_code(code) -> bool:
-    """True when a release carries no usable code: null, empty, or the string "None"."""
-    return code is None or (isinstance(code, str) and code.strip() in ("", "None"))
-
-
 @dataclass
 class Task:
     level: int
@@ -139,7 +134,7 @@ def _code_field(obj, name, path, line, required=True) -> str | None:
         raise ReleaseError(
             f"{path}:{line}: field '{name}' must be a string or null, got {type(val).__name__}"
         )
-    return None if is_missing_code(val) else val
+    return None if missing_kind(val) else val
 
 
 def _score_field(obj, name, path, line) -> float | None:
@@ -158,11 +153,6 @@ def _score_field(obj, name, path, line) -> float | None:
     if not isinstance(val, (int, float)) or not math.isfinite(val):
         raise ReleaseError(f"{path}:{line}: field '{name}' must be a finite number or null, got {val!r}")
     return float(val)
-
-
-def _check_level(level, path, line):
-    if level not in KERNELBENCH_LEVELS and level < 1:
-        raise ReleaseError(f"{path}:{line}: field 'level_id' must be >= 1, got {level}")
 
 
 # --------------------------------------------------------------------------- readers
@@ -197,7 +187,8 @@ def parse_flat(path) -> list[Task]:
     tasks: dict = {}
     for no, obj in _jsonl_objects(path, _read_text(path)):
         level = _int_field(obj, "level_id", path, no)
-        _check_level(level, path, no)
+        if level < 1:
+            raise ReleaseError(f"{path}:{no}: field 'level_id' must be >= 1, got {level}")
         t = Task(
             level=level,
             task=_int_field(obj, "task_id", path, no),

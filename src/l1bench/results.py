@@ -81,9 +81,8 @@ UPSTREAM = {"check": ("build", Status.OK), "time": ("check", Status.PASS)}
 
 
 class Flag(_StrEnum):
-    """Every flag name ("review this result", not a verdict). On a result: ``{"flag": NAME,
-    "reason": ...}`` in its ``flags`` (check and time results; strict timing's in ``strict``);
-    in the tables: the names, ``;``-separated, in the ``flags`` column."""
+    """Every flag name ("review this result", not a verdict): ``{"flag": NAME, "reason": ...}`` in
+    a result's ``flags``; in the tables, ``;``-separated in the ``flags`` column."""
 
     #: Output is not a plain tensor (subclass), is on the wrong device or has no storage (detectors).
     LAZY = "LAZY"
@@ -105,8 +104,7 @@ class Flag(_StrEnum):
     PRECISION_DOWNGRADE = "PRECISION_DOWNGRADE"
     #: Custom output dtype differs from the reference output dtype.
     DTYPE_CHANGED = "DTYPE_CHANGED"
-    #: Reference output is constant or ignores its inputs: speedups on this task mean nothing
-    #: (detectors; in the tables from reference_scan.json, aggregate.add_scan_flags).
+    #: Reference output is constant or ignores its inputs: speedups on this task mean nothing.
     DEGENERATE_TASK = "DEGENERATE_TASK"
     #: Speedup above the configured ceiling: review by hand (aggregate.add_ceiling_flags).
     SPEEDUP_CEILING = "SPEEDUP_CEILING"
@@ -116,25 +114,19 @@ class Flag(_StrEnum):
     EVENT_SYNC_MISMATCH = "EVENT_SYNC_MISMATCH"
     #: (strict timing) speedup depends on data left in L2 between calls.
     L2_RESIDENT = "L2_RESIDENT"
-    #: (strict timing, ``verify_outputs``) a timed call's output, kept and compared after the
-    #: timing, differs from the reference's on the same inputs: the result is ``incorrect``.
+    #: (strict timing, ``verify_outputs``) a timed call's output differs from the reference's: ``incorrect``.
     TIMED_OUTPUT_MISMATCH = "TIMED_OUTPUT_MISMATCH"
-    #: The custom code's own C++/CUDA extension does not compile; it ran on its fallback (set by
-    #: the worker from the failed builds it saw, l1bench.worker.note_extension_failures; in the
-    #: tables also from extension_failures.json, aggregate.add_extension_flags).
+    #: The custom code's own C++/CUDA extension does not compile; it ran on its fallback.
     EXTENSION_BUILD_FAILED = "EXTENSION_BUILD_FAILED"
-    #: (tables only) the custom code times itself (CUDA events, host clocks) and may pick its code
-    #: path from it: its verdict and score can differ between runs (l1bench.codescan).
+    #: (tables only) the custom code times itself and may pick its code path from it (l1bench.codescan).
     SELF_TIMED = "SELF_TIMED"
-    #: (tables only, paper default mode) in repeated runs of the same code on one GPU model, the
-    #: task's score moved by more than 15 % in two pairs or more (config/curation/<device>/
-    #: run_spread.json, made by the lab's l1lab spread): one run's score is not enough for it.
+    #: (tables only, paper default mode) the score moved by more than 15 % in two or more pairs of
+    #: repeated runs on one GPU model (config/curation/<device>/run_spread.json).
     RUN_SPREAD = "RUN_SPREAD"
     #: (paper protocol, tables only) timed calls stalled by the host change the score (l1bench.timing.stalls).
     TIMING_OUTLIER = "TIMING_OUTLIER"
     #: (paper protocol, tables only) a side's timed calls are host-bound: its median launch is most
-    #: of its median timed call, so the score measures the CPU as much as the kernels and moves
-    #: with the host's speed (l1bench.timing.hostclock.host_bound_sides; results that record launches).
+    #: of its median timed call (l1bench.timing.hostclock.host_bound_sides).
     HOST_BOUND = "HOST_BOUND"
 
 

@@ -44,9 +44,8 @@ class WorkflowGone(subprocess.TimeoutExpired):
 
 
 #: How many code-generation threads each torch.compile job may use (inductor's
-#: ``TORCHINDUCTOR_COMPILE_THREADS``; lab/device_run.sh's ``COMPILE_THREADS``). 1 by default:
-#: many jobs run at once. More only speeds up code generation (the kernels are the same), for
-#: runs whose tail is compile-mode jobs alone on idle CPUs (2026-12-05, H100, the 41-task slice).
+#: ``TORCHINDUCTOR_COMPILE_THREADS``). 1 by default: many jobs run at once; more only speeds up
+#: code generation (the kernels are the same).
 COMPILE_THREADS_ENV = "L1BENCH_COMPILE_THREADS"
 
 
