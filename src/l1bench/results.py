@@ -197,17 +197,6 @@ class TaskResult:
         out.update(self.extra)
         return out
 
-    @classmethod
-    def from_dict(cls, data: dict) -> TaskResult:
-        """A result read back (``json.load`` of a result file); ``to_dict`` gives ``data`` again.
-
-        Raises ValueError for a status that is not a :class:`Status`."""
-        data = dict(data)
-        kind = data.pop("kind")
-        base = {k: data.pop(k) for k in ("tid", "status", "reason")}
-        known = {k: data.pop(k) for k in cls.typed_fields(kind) if k in data}
-        return cls(kind, base["tid"], Status(base["status"]), base["reason"], extra=data, **known)
-
 
 # --------------------------------------------------------------------------- what needs a worker
 
