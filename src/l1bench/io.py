@@ -1,10 +1,5 @@
-"""Atomic file writes: a reader never sees a half-written output.
-
-Each helper writes to a temporary file in the destination's directory (same
-file system, so :func:`os.replace` is an atomic rename) and renames it over the
-destination only when the write succeeded. On error the temporary file is
-removed and the destination is left untouched.
-"""
+"""Atomic file writes (a temporary file beside the destination, renamed over it only when the
+write succeeded): a reader never sees a half-written output."""
 
 from __future__ import annotations
 
@@ -23,12 +18,8 @@ def _umask() -> int:
 
 @contextlib.contextmanager
 def atomic_path(path):
-    """Yield a temporary path next to ``path``; rename it to ``path`` on success.
-
-    The parent directory is created if needed. If the body raises, the temporary
-    file is deleted and the exception propagates; an existing ``path`` is kept.
-    The body may write the temporary path by any means (``savefig``, ``to_csv``).
-    """
+    """Yield a temporary path next to ``path`` (written by any means: ``savefig``, ``to_csv``);
+    rename it to ``path`` on success, delete it if the body raises."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp" + path.suffix, dir=path.parent)
@@ -63,7 +54,7 @@ def atomic_write_json(path, obj) -> Path:
 def logs_dir(results: str) -> str:
     """The job-log folder of a results tree ``<results_dir>/<device>``: ``logs/<device>`` for
     the default ``results/<device>``, ``logs/<the rest of its path>`` otherwise, so two results
-    trees of one device (a re-timing beside the release, an isolation run) never share logs."""
+    trees of one device never share logs."""
     path = Path(results)
     parts = path.parts[1:] if path.parts[:1] == ("results",) else path.parts
     parts = tuple(p for p in parts if p not in ("/", "", ".", ".."))

@@ -1,9 +1,5 @@
-"""One logging set-up for the workflow's Snakemake scripts (and any tool that logs).
-
-Every job's log keeps the format it always had: the job scripts' lines (``FORMAT``) are read
-back by :mod:`l1bench.attempts` and :mod:`l1bench.preflight`, and the committed logs of earlier
-runs use them.
-"""
+"""One logging set-up for the workflow's Snakemake scripts; the job scripts' lines (``FORMAT``)
+are read back by :mod:`l1bench.attempts` and :mod:`l1bench.preflight`."""
 
 from __future__ import annotations
 

@@ -1,15 +1,12 @@
 """Progress of a long run, with an estimate of the time left from its finished jobs' durations.
 
-:class:`Progress` is a logging handler on Snakemake's logger, added at ``onstart`` (so never in
-a dry run or a lint, and nothing at parse time): Snakemake logs each job's start and finish
-(``job_started``, ``job_finished``) and the count of finished jobs (``progress``). At most once
+:class:`Progress` is a logging handler on Snakemake's logger, added at ``onstart``. At most once
 every ``every_s`` seconds, after a job finishes, it prints one line::
 
     progress: 412 of 1,293 jobs done in 9 min; about 18 min left (from the finished jobs: check 14 s, time 9 s each)
 
-The estimate: the remaining jobs of each rule at that rule's mean duration so far (the overall
-mean for a rule none of whose jobs finished yet), divided by how many jobs the run has been
-running at once (the finished jobs' summed durations over the time elapsed).
+The estimate: the remaining jobs of each rule at that rule's mean duration so far, divided by
+how many jobs the run has been running at once.
 """
 
 from __future__ import annotations

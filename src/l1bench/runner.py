@@ -78,13 +78,10 @@ def run_worker(
 ) -> dict:
     """Run one job in a child process and return its result dict.
 
-    Raises :class:`JobFailed` on timeout, on a crash (any exit without a result)
-    and on an infrastructure failure reported by the worker (exit 3). Time the
-    child spends waiting for the device lock does not count against ``timeout``.
-    A child that holds the device lock for more than ``section_timeout`` seconds at a
-    stretch (a hung kernel) is killed at once: every other job is waiting for that lock.
-    When the workflow that started this job is gone (``lifeline.WORKFLOW_ENV``) the child is
-    killed and :class:`JobStopped` raised; if this process dies, the child dies with it.
+    Raises :class:`JobFailed` on timeout (time waiting for the device lock does not count), on
+    holding the lock longer than ``section_timeout`` at a stretch, on a crash and on an
+    infrastructure failure reported by the worker; :class:`JobStopped` once the workflow that
+    started this job is gone. If this process dies, the child dies with it.
     """
     with tempfile.TemporaryDirectory(prefix="l1bench-") as tmp:
         job_path, out_path = Path(tmp) / "job.json", Path(tmp) / "result.json"
@@ -147,12 +144,9 @@ def absolute_paths(job: dict) -> dict:
 
 
 def overdue(lock_status, t0: float, timeout: float, section_timeout=None, workflow: str | None = None):
-    """Why a running worker must be stopped now, as the exception class :func:`_wait` raises:
-    :class:`WorkflowGone` (the process named by the ``workflow`` token has ended),
-    :class:`SectionTimeout` (the lock held longer than ``section_timeout`` at a stretch) or
-    ``subprocess.TimeoutExpired`` (busy longer than ``timeout`` since ``t0``, not counting the
-    lock waits the status file reports); None while it may go on. Shared with the task worker's
-    job side (:mod:`l1bench.timing.taskworker`)."""
+    """Why a running worker must be stopped now, as the exception class to raise:
+    :class:`WorkflowGone`, :class:`SectionTimeout` or ``subprocess.TimeoutExpired`` (busy longer
+    than ``timeout`` since ``t0``, not counting lock waits); None while it may go on."""
     if not lifeline.alive(workflow):
         return WorkflowGone
     if section_timeout and held_seconds(lock_status) > section_timeout:
@@ -180,11 +174,7 @@ def _wait(
     section_timeout=None,
     workflow: str | None = None,
 ) -> int:
-    """Wait for the child; its deadline moves on by the time it spends waiting for the lock.
-
-    Raises what :func:`overdue` names: :class:`WorkflowGone` once the process named by the
-    ``workflow`` token has ended, :class:`SectionTimeout`, or ``subprocess.TimeoutExpired``.
-    """
+    """Wait for the child; raises what :func:`overdue` names."""
     while True:
         try:
             return proc.wait(timeout=poll)
