@@ -29,7 +29,6 @@ try:
         recovery,
         staleness,
     )
-    from l1bench.runner import compile_threads
     from l1bench.io import logs_dir
     from l1bench.results import AGREEMENT
 except ModuleNotFoundError as err:
@@ -84,17 +83,6 @@ def check_release_dir():
 
 
 check_release_dir()
-
-
-def check_environment():
-    """A bad L1BENCH_COMPILE_THREADS stops the run (one line), before any job reads it."""
-    try:
-        compile_threads()
-    except ValueError as err:
-        stop(str(err))
-
-
-check_environment()
 
 
 def release_root():

@@ -79,9 +79,7 @@ def make_job(smk) -> dict:
 def worker_env(smk) -> dict:
     # Many workers run at once: each keeps to a couple of CPU threads (model construction,
     # inductor) instead of one per core, so they do not thrash each other.
-    from l1bench.runner import compile_threads
-
-    env = {"TORCHINDUCTOR_COMPILE_THREADS": compile_threads(), "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", 2)}
+    env = {"TORCHINDUCTOR_COMPILE_THREADS": 1, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", 2)}
     if smk.params.kind == "build":
         build = smk.params.protocol_params["build"]
         env["MAX_JOBS"] = build["max_jobs"]

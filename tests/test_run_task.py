@@ -98,16 +98,6 @@ def test_a_stopped_job_is_not_an_attempt(work, monkeypatch):
     assert "not counted as an attempt" in Path(smk.log[0]).read_text()
 
 
-def test_compile_threads_default_one_and_a_bad_value_named():
-    from l1bench import runner
-
-    assert runner.compile_threads({}) == 1
-    assert runner.compile_threads({runner.COMPILE_THREADS_ENV: " 3 "}) == 3
-    for bad in ("0", "two", "-1", "1.5"):
-        with pytest.raises(ValueError, match=f"{runner.COMPILE_THREADS_ENV}='{bad}': expected a whole number"):
-            runner.compile_threads({runner.COMPILE_THREADS_ENV: bad})
-
-
 def test_out_of_memory_beside_other_jobs_is_marked_in_the_ledger(work, monkeypatch):
     """A job that ran out of GPU memory while it held 1 of the run's 32 GPU slots records so in
     its ledger and is not counted (the retry takes the GPU alone: plan.gpu_slots); the same

@@ -43,23 +43,6 @@ class WorkflowGone(subprocess.TimeoutExpired):
     """The Snakemake process that started this job no longer runs."""
 
 
-#: How many code-generation threads each torch.compile job may use (inductor's
-#: ``TORCHINDUCTOR_COMPILE_THREADS``). 1 by default: many jobs run at once; more only speeds up
-#: code generation (the kernels are the same).
-COMPILE_THREADS_ENV = "L1BENCH_COMPILE_THREADS"
-
-
-def compile_threads(environ=None) -> int:
-    """The code-generation threads of a compile-mode job (:data:`COMPILE_THREADS_ENV`, default 1).
-    A value that is not a positive whole number raises ValueError naming the variable."""
-    raw = (os.environ if environ is None else environ).get(COMPILE_THREADS_ENV, "").strip()
-    if not raw:
-        return 1
-    if not raw.isdigit() or int(raw) < 1:
-        raise ValueError(f"{COMPILE_THREADS_ENV}={raw!r}: expected a whole number of threads, 1 or more")
-    return int(raw)
-
-
 def worker_env(extra: dict | None = None) -> dict:
     """The worker's environment: this process's (the installed l1bench package is found as it is
     here), unbuffered, with ``extra`` on top."""
