@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from l1bench import codescan, results, split
+from l1bench import codescan, results, split, staleness
 from l1bench import release as rel
 
 #: Tasks with custom code, and how the others spell "no code" (null or the string "None").
@@ -89,7 +89,7 @@ def test_split_then_static_scans(releases, device, tmp_path):
     tasks = list(releases[device].values())
     info = {"path": f"{device}.json", "sha256": "x"}
     assert len(split.split_release(tasks, tmp_path, device, info)) == 250
-    assert split.stale_task_folders(tasks, tmp_path, "x") == []
+    assert staleness.Judge(tmp_path, None, "x", {}).split_reason(tmp_path, tasks) is None
     metas = sorted(tmp_path.glob("*/meta.json"))
     found = codescan.scan_tasks(metas)
     assert sorted(found) == SELF_TIMED[device].split()
