@@ -359,24 +359,6 @@ def test_a_disturbed_first_pair_is_timed_again_after_a_reset(monkeypatch):
     assert resets == [] and len(calls) == 8 and summary["retimed_pairs"] == 1
 
 
-def test_a_phase_records_the_lock_time_it_held_not_the_pauses_in_it(tmp_path):
-    """phases: the step's wall; phases_locked: its GPU-lock seconds (a pause inside, e.g. a
-    compile, and the wait to take the lock back are not lock time)."""
-    from l1bench.timing.sections import phase
-
-    stats = {}
-    with gpulock.DeviceLock("cpu", tmp_path, stats), phase(stats, "step"):
-        time.sleep(0.05)
-        with gpulock.DeviceLock.pause_current():
-            time.sleep(0.2)
-        time.sleep(0.05)
-    with phase(stats, "outside"):
-        time.sleep(0.02)
-    assert stats["phases"]["step"] >= 0.3
-    assert 0.1 <= stats["phases_locked"]["step"] < 0.25
-    assert stats["phases_locked"]["outside"] == 0.0 and stats["phases"]["outside"] >= 0.02
-
-
 def test_the_ledger_records_each_sides_median_launch():
     ledger = hostclock.Ledger()
     for i in range(20):

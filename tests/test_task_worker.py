@@ -556,25 +556,7 @@ def test_later_steps_take_the_first_steps_probe_verdict(monkeypatch):
     assert not other.cpu_safe and other.probe_note.startswith("CUDA initialised before the probe")
 
 
-def test_later_steps_say_where_cuda_started(monkeypatch):
-    import torch
-
-    from l1bench.timing import sections
-
-    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
-    stats = {}
-    sections.open_device("cuda:0", stats)
-    assert stats["cuda_started"] == "before the first GPU section"  # a snippet started it
-    monkeypatch.setattr(sections, "CUDA_STARTED_BEFORE", "in an earlier step of this task worker")
-    stats = {}
-    sections.open_device("cuda:0", stats)
-    assert stats["cuda_started"] == "in an earlier step of this task worker"
-
-
 def test_later_steps_take_the_lock_of_the_gpu_the_first_one_took(monkeypatch):
-    from l1bench.timing import sections
-
-    monkeypatch.setattr(sections, "CUDA_STARTED_BEFORE", None)  # prepare() sets it: restored after
     worker = taskstate.TaskWorker()
     first = {"tid": "L1_T001", "kind": "check"}
     worker.prepare(first)
@@ -588,4 +570,3 @@ def test_later_steps_take_the_lock_of_the_gpu_the_first_one_took(monkeypatch):
     later = {"tid": "L1_T001", "kind": "time", "protocol": "paper", "mode": "cudnn"}
     worker.prepare(later)
     assert later["lock_device"] == "cuda:2"
-    assert sections.CUDA_STARTED_BEFORE == "in an earlier step of this task worker"

@@ -251,7 +251,7 @@ def task_workers(rows, span_s: float | None = None) -> str | None:
         return None
     ways = [r["provenance"]["task_worker"] for r in served]
     pids = {(w.get("pid"), w.get("started")) for w in ways}
-    starts = sum(1 for r in served if "cuda_init (locked)" in (r.get("phases_locked") or {}))
+    starts = sum(1 for r in served if "cuda_init (locked)" in (r.get("phases") or {}))
     why = Counter(re.sub(r":.*", "", w["retired_after"]) for w in ways if w.get("retired_after"))
     waited = sum(w.get("step_lock_wait_s") or 0.0 for w in ways)
     line = (

@@ -201,7 +201,7 @@ def test_task_workers_line_counts_processes_steps_and_retirements():
         if retired:
             tw["retired_after"] = retired
         phases = {"cuda_init (locked)": 0.2} if started_cuda else {}
-        return {"kind": "check", "provenance": {"task_worker": tw}, "phases_locked": phases}
+        return {"kind": "check", "provenance": {"task_worker": tw}, "phases": phases}
 
     assert task_workers([{"kind": "check", "provenance": {}}]) is None
     rows = [

@@ -156,17 +156,6 @@ class DeviceLock:
         _report(self.stats.get("lock_wait_s", 0.0), None, None)
         self.stats["lock_held_s"] = self.stats.get("lock_held_s", 0.0) + held
 
-    @staticmethod
-    def held_so_far(stats: dict) -> float:
-        """Seconds of lock held recorded in ``stats`` plus the open stretch of the lock held
-        now, if it records into the same ``stats``: read at both ends of a step, the
-        difference is the lock time the step took (waits and pauses inside it excluded)."""
-        held = stats.get("lock_held_s", 0.0)
-        lock = DeviceLock.current
-        if lock is not None and lock.stats is stats and lock._since is not None:
-            held += time.perf_counter() - lock._since
-        return held
-
     def move_other_threads_off(self) -> int:
         """Move the threads this process started while holding the lock (all but the calling
         one) off the timing CPU now, not only at release."""
@@ -177,19 +166,6 @@ class DeviceLock:
         return timingcpus.unpin_threads(
             os.environ.get(timingcpus.TIMING_CPU_ENV, ""), self._restore, keep=threading.get_native_id()
         )
-
-    def idle(self) -> bool:
-        """Whether nobody holds the lock now (a probe: it may change at once)."""
-        with open(self.path, "a+") as fh:
-            try:
-                fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                return False
-            return True
-
-    def fileno(self) -> int:
-        """The lock file's descriptor (while held)."""
-        return self._fh.fileno()
 
     def __enter__(self) -> DeviceLock:
         self._fh = open(self.path, "a+")

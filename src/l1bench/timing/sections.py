@@ -19,24 +19,13 @@ from l1bench.timing import gpulock, timingcpus
 
 @contextlib.contextmanager
 def phase(stats: dict, name: str):
-    """Accumulate the wall time of a step into ``stats["phases"][name]`` and the GPU-lock time
-    it held into ``stats["phases_locked"][name]`` (seconds; a step's wall also counts the
-    waits for the lock after a pause, its lock time does not)."""
-    t0, held0 = time.perf_counter(), gpulock.DeviceLock.held_so_far(stats)
+    """Accumulate the wall time of a step into ``stats["phases"][name]`` (seconds)."""
+    t0 = time.perf_counter()
     try:
         yield
     finally:
         phases = stats.setdefault("phases", {})
         phases[name] = round(phases.get(name, 0.0) + time.perf_counter() - t0, 4)
-        locked = stats.setdefault("phases_locked", {})
-        locked[name] = round(locked.get(name, 0.0) + gpulock.DeviceLock.held_so_far(stats) - held0, 4)
-
-
-#: Where the job started CUDA (``stats["cuda_started"]``).
-STARTED_INSIDE = "inside the GPU lock"
-#: Where CUDA was started when it already runs as a job's first section opens: set by a task
-#: worker (:mod:`l1bench.timing.serve`) for its later steps; None: by the snippets.
-CUDA_STARTED_BEFORE: str | None = None
 
 
 def _start_cuda(device: str) -> None:
@@ -57,26 +46,20 @@ def _start_cuda(device: str) -> None:
 
 
 def open_device(device: str, stats: dict) -> None:
-    """Start CUDA on ``device``, inside the GPU lock: the driver (cuInit), the context and the
-    cuBLAS handle. They run no kernel, but they are calls into the GPU's resource manager,
-    which serialises every process's calls: made outside the lock, they delayed the device
-    allocations in other jobs' timed calls (the first timed pair of an outer trial allocates
-    its outputs). Inside the lock the thread runs on the timing CPU: ~0.1 s. A no-op once
-    the job has recorded where CUDA started."""
+    """Start CUDA on ``device`` inside the GPU lock (a no-op where it runs already): the
+    driver, the context and the cuBLAS handle are calls into the GPU's resource manager, which
+    serialises every process's calls; made outside the lock they delayed other jobs' timed
+    device allocations."""
     import torch
 
-    if not device.startswith("cuda") or "cuda_started" in stats:
+    if not device.startswith("cuda") or torch.cuda.is_initialized():
         return
-    if torch.cuda.is_initialized():  # by the snippets' own code (at import, in __init__)
-        stats.setdefault("cuda_started", CUDA_STARTED_BEFORE or "before the first GPU section")
-        return
-    stats.setdefault("cuda_started", STARTED_INSIDE)
     with phase(stats, "cuda_init (locked)"):
         _start_cuda(device)
-        # the driver's threads, started from this (pinned) thread, leave the timing CPU now:
-        # they would otherwise compete with it through the section's timed calls
+        # the driver's threads, started from this (pinned) thread, leave the timing CPU now
         lock = gpulock.DeviceLock.current
-        stats["driver_threads_moved"] = lock.move_other_threads_off() if lock is not None else 0
+        if lock is not None:
+            lock.move_other_threads_off()
 
 
 def claim_gpu(job: dict, stats: dict, before_pause):

@@ -136,16 +136,13 @@ class TaskWorker:
 
     def prepare(self, job: dict) -> None:
         """Before a step: the GPU this worker took in its first section (so the step takes the
-        same GPU's lock), and the note that CUDA is already running."""
-        from l1bench.timing import sections
-
+        same GPU's lock)."""
         if self.tid is not None and job.get("tid") != self.tid:
             raise ValueError(f"task worker of {self.tid} was sent a step of {job.get('tid')}")
         self.tid = job.get("tid")
         if self.lock_device:
             job["lock_device"] = self.lock_device
         if self.steps:
-            sections.CUDA_STARTED_BEFORE = "in an earlier step of this task worker"
             import torch
 
             if torch.cuda.is_initialized():  # each step's result records its own peaks (entry.gpu_memory)
