@@ -91,7 +91,7 @@ def worker_env(smk) -> dict:
 def custom_builds_extensions(job: dict) -> bool | None:
     """Whether the task's custom code compiles a C++/CUDA extension (None: no custom file)."""
     from l1bench.release import SNIPPET_FILES
-    from l1bench.worker import builds_extensions
+    from l1bench.results import builds_extensions
 
     custom = Path(job["task_dir"]) / SNIPPET_FILES["custom"]
     return builds_extensions(custom.read_text()) if custom.exists() else None
@@ -119,7 +119,7 @@ def without_worker(job: dict, attempts: list, max_attempts: int) -> dict | None:
     from l1bench.attempts import given_up, terminal_reason, terminal_status
     from l1bench.provenance import now_iso
     from l1bench.results import NoWorker, Status, no_worker_needed
-    from l1bench.worker import NO_CODE_REASON, result, upstream_status
+    from l1bench.worker.outcome import NO_CODE_REASON, result, upstream_status
 
     why = no_worker_needed(
         job["kind"],

@@ -8,8 +8,9 @@ import time
 
 import pytest
 
-from l1bench import gpus, worker
-from l1bench.timing import gpulock, harness, hostclock, timingcpus
+from l1bench import gpus, snippet
+from l1bench.timing import gpulock, harness, hostclock, sections, timingcpus
+from l1bench.worker import entry, torch_hooks
 
 
 def delta(wall_us, run_us, wait_us, nvcsw=0, nivcsw=0):
@@ -88,7 +89,7 @@ def pairs(clock, n=4, seed=42):
     base = lambda *x: calls.append("ref")  # noqa: E731
     custom = lambda *x: calls.append("custom")  # noqa: E731
     ledger = hostclock.Ledger()
-    ref, cus = worker.timed_pairs(base, custom, lambda: (), n, random.Random(seed), "cpu", [], ledger, 0, clock)
+    ref, cus = harness.timed_pairs(base, custom, lambda: (), n, random.Random(seed), "cpu", [], ledger, 0, clock)
     return ref, cus, calls, ledger
 
 
@@ -173,7 +174,7 @@ def test_dynamo_compiles_let_go_of_the_lock_and_kernels_keep_it(tmp_path):
     released; its graphs and the eager code between them (a graph break) run with it held."""
     import torch
 
-    assert worker.release_lock_during_dynamo_compiles()
+    assert torch_hooks.release_lock_during_dynamo_compiles()
     seen = []
 
     @torch._dynamo.disable
@@ -185,7 +186,7 @@ def test_dynamo_compiles_let_go_of_the_lock_and_kernels_keep_it(tmp_path):
         def forward(self, x):
             return eager(torch.tanh(x)) * 2
 
-    model = worker.wrap_baseline(Broken(), "torch_compile")
+    model = torch_hooks.wrap_baseline(Broken(), "torch_compile")
     stats = {}
     with gpulock.device_lock("cpu", tmp_path, stats) as lock:
         out = model(torch.randn(5))
@@ -203,11 +204,11 @@ def test_the_worker_picks_its_gpu_without_starting_cuda(monkeypatch):
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2,5")
     monkeypatch.setattr(timingcpus, "reserve_timing_cpus", lambda n, i: None)
     job = {"backend": "cuda", "tid": "L1_T001", "mode": "default"}
-    assert worker.pick_device(job) == "cuda:0" and job["gpu_ids"] == ["2", "5"]
+    assert entry.pick_device(job) == "cuda:0" and job["gpu_ids"] == ["2", "5"]
     assert not torch.cuda.is_initialized()  # placed at the first section, where CUDA starts
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
-    with pytest.raises(worker.InfraError):
-        worker.pick_device({"backend": "cuda", "tid": "L1_T001"})
+    with pytest.raises(snippet.InfraError):
+        entry.pick_device({"backend": "cuda", "tid": "L1_T001"})
 
 
 def test_visible_gpus_from_the_drivers_proc_entries(monkeypatch, tmp_path):
@@ -286,7 +287,7 @@ def test_the_first_section_places_the_job_on_a_free_gpu_and_shows_it_only_that_o
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)  # restored afterwards
     job = {"gpu_ids": ["0", "1"], "lock_dir": str(tmp_path)}
     with gpulock.device_lock("cuda:0", tmp_path):  # GPU 0 busy: the job is placed on GPU 1
-        lock = worker.claim_gpu(job, {}, None)
+        lock = sections.claim_gpu(job, {}, None)
     assert job["lock_device"] == "cuda:1" and os.environ.get("CUDA_VISIBLE_DEVICES") == "1"
     lock.__exit__(None, None, None)
 
@@ -325,7 +326,7 @@ def first_pair_run(monkeypatch, ms, launch_ms=None, n=5):
     scripted = ScriptedCalls(ms, launch_ms)
     monkeypatch.setattr(harness, "time_call", scripted)  # where timed_pairs looks it up
     ledger = hostclock.Ledger()
-    ref, cus = worker.timed_pairs(
+    ref, cus = harness.timed_pairs(
         lambda *x: calls.append("ref"), lambda *x: calls.append("custom"), lambda: (), n,
         random.Random(1), "cpu", [], ledger, 0, FakeClock(), reset=lambda: resets.append(len(calls)),
     )

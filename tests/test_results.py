@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from helpers import ROOT, script_module
 
-from l1bench import preflight, worker
+from l1bench import preflight
 from l1bench.aggregate import conventions as agg_conventions
 from l1bench.aggregate import slices as agg_slices
 from l1bench.aggregate import stats as agg_stats
@@ -24,6 +24,7 @@ from l1bench.results import (
     no_worker_needed,
 )
 from l1bench.timing import stalls
+from l1bench.worker import outcome
 
 H100 = ROOT / "results" / "h100"
 
@@ -48,7 +49,7 @@ def test_every_committed_result_has_a_known_status_and_flags():
 
 
 def _old_result(job, status, reason="", **extra):
-    """worker.result as it was before TaskResult (reason already one line)."""
+    """outcome.result as it was before TaskResult (reason already one line)."""
     out = {"kind": job["kind"], "tid": job["tid"], "status": status, "reason": reason}
     for key in ("mode", "protocol"):
         if job.get(key):
@@ -74,7 +75,7 @@ def _old_result(job, status, reason="", **extra):
     ],
 )
 def test_the_worker_writes_the_same_dict_as_before(job, status, extra):
-    new = worker.result(job, status, "why", **extra)
+    new = outcome.result(job, status, "why", **extra)
     old = _old_result(job, status, "why", **extra)
     assert new == old and list(new) == list(old)  # same keys, same order
     assert type(new["status"]) is str and json.dumps(new, sort_keys=True) == json.dumps(old, sort_keys=True)
@@ -163,7 +164,7 @@ def test_the_three_callers_agree(tmp_path):
         build.write_text(json.dumps({"kind": "build", "status": status, "reason": "r"}))
         got = run_task.without_worker(job, [], 0)
         assert (got is not None) == decided == preflight.decided_without_gpu(check_out, res)
-        assert (worker.upstream_status(job) is not None) == decided
+        assert (outcome.upstream_status(job) is not None) == decided
         if decided:
             assert got["status"] == status and got["provenance"]["worker"] is False
     # given up after 2 broken attempts (the build is fine)

@@ -11,7 +11,8 @@ import pytest
 from helpers import script_module
 
 from l1bench.runner import JobFailed, run_worker
-from l1bench.timing import TIMING_VERSION
+from l1bench.timing import TIMING_VERSION, harness
+from l1bench.worker import outcome, torch_hooks
 
 PAPER = {
     "seed": 42,
@@ -180,7 +181,7 @@ def test_lock_wait_is_not_counted(tmp_path):
 def test_correctness_trials_as_the_harness():
     import torch
 
-    from l1bench.worker import compare_outputs, correctness_trials
+    from l1bench.timing.harness import compare_outputs, correctness_trials
 
     class Double(torch.nn.Module):
         def forward(self, x):
@@ -223,7 +224,6 @@ def _fake_cuda(monkeypatch):
 def test_custom_builder_constructs_cpu_only_models_outside_the_lock(monkeypatch):
     import torch
 
-    from l1bench import worker
 
     state = _fake_cuda(monkeypatch)
     made = []
@@ -234,7 +234,7 @@ def test_custom_builder_constructs_cpu_only_models_outside_the_lock(monkeypatch)
             made.append(n)
             self.lin = torch.nn.Linear(n, n)
 
-    b = worker.CustomBuilder(CpuOnly, [4], "cuda:0")
+    b = harness.CustomBuilder(CpuOnly, [4], "cuda:0")
     b.probe(42)
     assert b.cpu_safe and "outside the lock" in b.probe_note
     prepared = b.prepare(43, [4])
@@ -251,7 +251,6 @@ def test_custom_builder_constructs_cpu_only_models_outside_the_lock(monkeypatch)
 def test_custom_builder_keeps_gpu_init_inside_the_lock(monkeypatch):
     import torch
 
-    from l1bench import worker
 
     state = _fake_cuda(monkeypatch)
 
@@ -262,7 +261,7 @@ def test_custom_builder_keeps_gpu_init_inside_the_lock(monkeypatch):
             torch.backends.cudnn.benchmark = not torch.backends.cudnn.benchmark
 
     flag = torch.backends.cudnn.benchmark
-    b = worker.CustomBuilder(TouchesCuda, [], "cuda:0")
+    b = harness.CustomBuilder(TouchesCuda, [], "cuda:0")
     b.probe(42)
     assert not b.cpu_safe and "initialises CUDA" in b.probe_note
     assert torch.backends.cudnn.benchmark == flag  # the probe's global side effects are undone
@@ -274,7 +273,7 @@ def test_custom_builder_keeps_gpu_init_inside_the_lock(monkeypatch):
     class Plain(torch.nn.Module):
         pass
 
-    b = worker.CustomBuilder(Plain, [], "cuda:0")
+    b = harness.CustomBuilder(Plain, [], "cuda:0")
     b.probe(42)
     assert not b.cpu_safe and "before the probe" in b.probe_note
 
@@ -287,7 +286,7 @@ def test_custom_builder_keeps_gpu_init_inside_the_lock(monkeypatch):
             self.buf = torch.zeros(3, device="cuda")
 
     real_init = torch.cuda._lazy_init
-    b = worker.CustomBuilder(MakesCudaTensors, [], "cuda:0")
+    b = harness.CustomBuilder(MakesCudaTensors, [], "cuda:0")
     b.probe(42)
     assert not b.cpu_safe and "uses CUDA" in b.probe_note
     assert torch.cuda._lazy_init is real_init and not torch.cuda.is_initialized()
@@ -298,14 +297,14 @@ def test_custom_builder_keeps_gpu_init_inside_the_lock(monkeypatch):
         def __init__(self):
             raise RuntimeError("needs a GPU")
 
-    b = worker.CustomBuilder(Raises, [], "cuda:0")
+    b = harness.CustomBuilder(Raises, [], "cuda:0")
     b.probe(42)
     assert not b.cpu_safe and "raised" in b.probe_note
     with pytest.raises(Exception, match="needs a GPU"):
         b.finish(None, 42)
 
     # the CPU backend never probes
-    b = worker.CustomBuilder(Plain, [], "cpu")
+    b = harness.CustomBuilder(Plain, [], "cpu")
     b.probe(42)
     assert not b.cpu_safe and b.prepare(42) is None
 
@@ -473,7 +472,6 @@ def test_compile_backend_releases_the_lock_while_generating_code(tmp_path):
     generation lets go of the lock (and the compiled model computes what eager does)."""
     import torch
 
-    from l1bench import worker
     from l1bench.timing import gpulock
 
     model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU())
@@ -481,14 +479,14 @@ def test_compile_backend_releases_the_lock_while_generating_code(tmp_path):
     stats = {}
     with gpulock.device_lock("cpu", tmp_path, stats) as lock:
         assert gpulock.DeviceLock.current is lock
-        compiled = worker.wrap_baseline(model, "torch_compile")
+        compiled = torch_hooks.wrap_baseline(model, "torch_compile")
         out = compiled(x)
         assert gpulock.DeviceLock.current is lock  # taken back after code generation
     assert gpulock.DeviceLock.current is None
     assert stats["lock_paused_n"] >= 1 and stats["lock_held_s"] >= 0
     assert torch.allclose(out, model(x))
     # a rebuilt model (the next outer trial) reuses the compiled code: no new pause
-    again = worker.wrap_baseline(torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU()), "torch_compile")
+    again = torch_hooks.wrap_baseline(torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU()), "torch_compile")
     n = stats["lock_paused_n"]
     with gpulock.device_lock("cpu", tmp_path, stats):
         again(x)
@@ -498,8 +496,6 @@ def test_compile_backend_releases_the_lock_while_generating_code(tmp_path):
 def test_failed_extension_builds_are_not_retried(monkeypatch):
     from torch.utils import cpp_extension
 
-    from l1bench import worker
-    from l1bench.worker import torch_hooks
 
     calls = []
 
@@ -515,7 +511,7 @@ def test_failed_extension_builds_are_not_retried(monkeypatch):
     monkeypatch.setattr(cpp_extension, "load", ok_build)
     monkeypatch.setattr(torch_hooks, "_FAILED_BUILDS", {})
     monkeypatch.setattr(torch_hooks, "_FAILED_BUILD_NAMES", {})
-    worker.remember_failed_extension_builds()
+    torch_hooks.remember_failed_extension_builds()
     for _ in range(3):
         with pytest.raises(RuntimeError, match="Error building"):
             cpp_extension.load_inline("x", "int f();", verbose=False)
@@ -524,7 +520,7 @@ def test_failed_extension_builds_are_not_retried(monkeypatch):
         cpp_extension.load_inline("y", "int g();")  # other sources: built again
     assert calls == ["x", "y"]
     assert cpp_extension.load("z") == cpp_extension.load("z") == "module" and calls.count("ok") == 2
-    worker.remember_failed_extension_builds()  # idempotent: not wrapped twice
+    torch_hooks.remember_failed_extension_builds()  # idempotent: not wrapped twice
     assert cpp_extension.load_inline.__wrapped__ is failing_build
 
 
@@ -536,8 +532,6 @@ def test_a_build_lock_left_by_a_killed_process_is_cleared_and_loads_take_turns(t
 
     from torch.utils import cpp_extension
 
-    from l1bench import worker
-    from l1bench.worker import torch_hooks
 
     monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path))
     (tmp_path / "ext_a").mkdir()
@@ -551,7 +545,7 @@ def test_a_build_lock_left_by_a_killed_process_is_cleared_and_loads_take_turns(t
     monkeypatch.setattr(cpp_extension, "load_inline", build)
     monkeypatch.setattr(torch_hooks, "_FAILED_BUILDS", {})
     monkeypatch.setattr(torch_hooks, "_FAILED_BUILD_NAMES", {})
-    worker.remember_failed_extension_builds()
+    torch_hooks.remember_failed_extension_builds()
     assert cpp_extension.load_inline(name="ext_a", cpp_sources="int f();") == "module"
     assert seen == [("ext_a", False)]  # the stale lock was gone when torch looked
     # a live holder (another process loading the same extension) is waited for, and its
@@ -567,7 +561,7 @@ def test_a_build_lock_left_by_a_killed_process_is_cleared_and_loads_take_turns(t
     """)], stdout=subprocess.PIPE, text=True)
     assert holder.stdout.readline().strip() == "held"
     t0 = time.monotonic()
-    with worker.exclusive_extension_build("ext_a"):
+    with torch_hooks.exclusive_extension_build("ext_a"):
         waited = time.monotonic() - t0
         assert not (tmp_path / "ext_a/lock").exists()
     holder.wait(10)
@@ -592,7 +586,6 @@ def test_extension_builds_release_the_gpu_lock(monkeypatch):
     """nvcc (or waiting for another process's nvcc) never runs inside the GPU section."""
     from torch.utils import cpp_extension, file_baton
 
-    from l1bench import worker
     from l1bench.timing import gpulock
 
     events = []
@@ -611,8 +604,8 @@ def test_extension_builds_release_the_gpu_lock(monkeypatch):
     monkeypatch.setattr(cpp_extension, "_write_ninja_file_and_build_library", build)
     monkeypatch.setattr(file_baton.FileBaton, "wait", lambda self: events.append("wait"))
     monkeypatch.setattr(gpulock.DeviceLock, "current", FakeLock())
-    worker.release_lock_during_extension_builds()
-    worker.release_lock_during_extension_builds()  # idempotent: not wrapped twice
+    torch_hooks.release_lock_during_extension_builds()
+    torch_hooks.release_lock_during_extension_builds()  # idempotent: not wrapped twice
     assert cpp_extension._write_ninja_file_and_build_library("x") == "lib"
     file_baton.FileBaton("/nonexistent/lock").wait()
     assert events == ["released", "nvcc", "reacquired", "released", "wait", "reacquired"]
@@ -626,8 +619,6 @@ def test_a_failed_extension_build_is_flagged_on_the_result(monkeypatch):
     """Custom code that catches its own build failure and falls back still gets a flag."""
     from torch.utils import cpp_extension
 
-    from l1bench import worker
-    from l1bench.worker import torch_hooks
 
     monkeypatch.setattr(torch_hooks, "_FAILED_BUILDS", {})
     monkeypatch.setattr(torch_hooks, "_FAILED_BUILD_NAMES", {})
@@ -640,29 +631,28 @@ def test_a_failed_extension_build_is_flagged_on_the_result(monkeypatch):
 
     monkeypatch.setattr(cpp_extension, "load_inline", failing_build)
     job = {"kind": "check", "tid": "L2_T030"}
-    assert worker.note_extension_failures(worker.result(job, "pass"))["flags"] == []  # nothing failed yet
-    worker.remember_failed_extension_builds()
+    assert torch_hooks.note_extension_failures(outcome.result(job, "pass"))["flags"] == []  # nothing failed yet
+    torch_hooks.remember_failed_extension_builds()
     try:  # what a snippet with a fallback does
         cpp_extension.load_inline(name="fused_ext", cpp_sources="...")
     except RuntimeError:
         pass
-    res = worker.note_extension_failures(worker.result(job, "pass"))
+    res = torch_hooks.note_extension_failures(outcome.result(job, "pass"))
     assert res["extension_failures"] == [
         {"extension": "fused_ext", "error": "main.cpp:4:56: error: 'fused' was not declared in this scope"}
     ]
     assert [f["flag"] for f in res["flags"]] == ["EXTENSION_BUILD_FAILED"]
     assert "fused_ext" in res["flags"][0]["reason"] and "fallback" in res["flags"][0]["reason"]
-    build = worker.note_extension_failures(worker.result({"kind": "build", "tid": "L2_T030"}, "ok"))
+    build = torch_hooks.note_extension_failures(outcome.result({"kind": "build", "tid": "L2_T030"}, "ok"))
     assert "flags" not in build and build["extension_failures"][0]["extension"] == "fused_ext"
 
 
 def test_warm_up_is_the_harness_call_sequence():
-    from l1bench import worker
 
     calls = []
     base = lambda *a: calls.append("base")  # noqa: E731
     custom = lambda *a: calls.append("custom")  # noqa: E731
-    worker.warm_up(base, custom, (), 3, "cpu")
+    harness.warm_up(base, custom, (), 3, "cpu")
     assert calls == ["base", "custom"] * 3
 
 
@@ -686,8 +676,6 @@ def test_a_compile_error_is_remembered_across_processes(monkeypatch, tmp_path):
     per job: the compiler error is kept in the task's extension folder."""
     from torch.utils import cpp_extension
 
-    from l1bench import worker
-    from l1bench.worker import torch_hooks
 
     calls = []
 
@@ -699,7 +687,7 @@ def test_a_compile_error_is_remembered_across_processes(monkeypatch, tmp_path):
     monkeypatch.setattr(cpp_extension, "load_inline", failing_build)
     monkeypatch.setattr(torch_hooks, "_FAILED_BUILDS", {})
     monkeypatch.setattr(torch_hooks, "_FAILED_BUILD_NAMES", {})
-    worker.remember_failed_extension_builds()
+    torch_hooks.remember_failed_extension_builds()
     with pytest.raises(RuntimeError, match="not declared"):
         cpp_extension.load_inline(name="ext_1111", cpp_sources="int f();")
     assert len(list((tmp_path / "failed-builds").glob("*.txt"))) == 1
@@ -707,7 +695,7 @@ def test_a_compile_error_is_remembered_across_processes(monkeypatch, tmp_path):
     with pytest.raises(RuntimeError, match="not declared"):
         cpp_extension.load_inline(name="ext_2222", cpp_sources="int f();")
     assert calls == ["ext_1111"]  # the compiler ran once
-    assert worker.extension_build_failures()[0]["extension"] == "ext_2222"
+    assert torch_hooks.extension_build_failures()[0]["extension"] == "ext_2222"
     # a failure that is not a compiler error (killed, out of memory) is not kept on disk
     monkeypatch.setattr(torch_hooks, "_FAILED_BUILDS", {})
 
@@ -715,7 +703,7 @@ def test_a_compile_error_is_remembered_across_processes(monkeypatch, tmp_path):
         raise RuntimeError("Error building extension 'k': ninja: build stopped: interrupted by user")
 
     monkeypatch.setattr(cpp_extension, "load_inline", killed)
-    worker.remember_failed_extension_builds()
+    torch_hooks.remember_failed_extension_builds()
     with pytest.raises(RuntimeError):
         cpp_extension.load_inline(name="k", cpp_sources="int h();")
     assert len(list((tmp_path / "failed-builds").glob("*.txt"))) == 1

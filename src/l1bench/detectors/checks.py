@@ -25,7 +25,7 @@ def check_lazy(out, device) -> list:
     until someone looks at the values.  The same checks as the paper protocol.
     Limits: a plain tensor whose values are filled in later (threads, streams)
     passes here; see :func:`check_background`. The paper protocol's own check (the ``lazy``
-    status) is :func:`l1bench.worker.lazy_problems`, which differs on non-tensor and empty
+    status) is :func:`l1bench.timing.harness.lazy_problems`, which differs on non-tensor and empty
     outputs and in its wording.
     """
     import torch

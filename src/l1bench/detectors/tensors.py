@@ -121,7 +121,7 @@ def compare_outputs(out, ref, atol: float, rtol: float):
     """``(ok, reason)``: does ``out`` match ``ref`` like the published check (allclose)?
 
     The custom output is cast to the reference's dtype and device first, unlike the paper
-    protocol's :func:`l1bench.worker.compare_outputs` (which fails mixed dtypes, as the harness's
+    protocol's :func:`l1bench.timing.harness.compare_outputs` (which fails mixed dtypes, as the harness's
     allclose does); see there why the two are kept apart."""
     import torch
 
