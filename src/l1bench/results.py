@@ -50,8 +50,6 @@ class Status(_StrEnum):
     NO_BASELINE = "no_baseline"
     #: The mode cannot run on this backend (cuda_graph/cudnn baselines on the CPU demo).
     UNSUPPORTED = "unsupported"
-    #: Not attempted by choice (counted as not run; no stage writes it today).
-    SKIPPED = "skipped"
     #: The worker broke in every attempt (l1bench.attempts: crash, CUDA fault, out of memory).
     CRASHED = "crashed"
     #: Every attempt ran past its time limit (l1bench.attempts).
@@ -73,7 +71,7 @@ FAILED_STATUSES = frozenset(
     }
 )
 #: Statuses meaning "not attempted, by design".
-NOT_RUN_STATUSES = frozenset({Status.NO_CODE, Status.NO_BASELINE, Status.UNSUPPORTED, Status.SKIPPED})
+NOT_RUN_STATUSES = frozenset({Status.NO_CODE, Status.NO_BASELINE, Status.UNSUPPORTED})
 #: Statuses l1bench.attempts gives a job that broke ``max_attempts`` times.
 BROKEN_STATUSES = frozenset({Status.CRASHED, Status.TIMEOUT})
 #: The earlier stage a check or time job depends on, and that stage's good status.
