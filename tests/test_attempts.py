@@ -147,9 +147,9 @@ def test_out_of_memory_is_torchs_error_not_the_generic_infra_message():
 
 
 def test_out_of_memory_beside_other_jobs_is_recorded_but_not_counted(tmp_path):
-    """Session twenty's H100 re-time: three out-of-memory attempts on a crowded GPU gave tasks
-    that fit it alone a terminal crashed. Such attempts stay in the ledger (and the terminal
-    reason) but do not count; one that ran out with the GPU to itself counts."""
+    """Attempts that ran out of GPU memory beside other jobs stay in the ledger (and the terminal
+    reason) but do not count (2026-12-05, H100: three such attempts had given tasks that fit the
+    GPU alone a terminal crashed); one that ran out with the GPU to itself counts."""
     ledger = tmp_path / "ledger.json"
     err = "L2_T020: infrastructure failure (CUDA fault or out of memory), see log"
     for _ in range(3):
