@@ -17,15 +17,10 @@ from .tensors import as_device, digest, shares_memory, storage_range, sync, tens
 
 
 def check_lazy(out, device) -> list:
-    """Flag outputs that are not real, materialised tensors on ``device``.
-
-    Proves: the object returned is a tensor subclass (``type(out).__name__`` not
-    ``Tensor``/``Parameter``), lives on another device, or has an empty storage /
-    null data pointer while holding elements - i.e. the work may be deferred
-    until someone looks at the values.  The same checks as the paper protocol.
-    Limits: a plain tensor whose values are filled in later (threads, streams)
-    passes here; see :func:`check_background`. The paper protocol's own check (the ``lazy``
-    status) is :func:`l1bench.timing.harness.lazy_problems`, which differs on non-tensor and empty
+    """Flag outputs that are not real, materialised tensors on ``device``: a tensor subclass, another
+    device, or an empty storage / null pointer while holding elements (deferred work). Values
+    filled in later (threads, streams) pass here. The paper protocol's own check (the ``lazy``
+    status) is :func:`l1bench.timing.harness.lazy_problems`: it differs on non-tensor and empty
     outputs and in its wording.
     """
     import torch
@@ -50,13 +45,8 @@ def check_lazy(out, device) -> list:
 
 
 def check_alias_input(out, inputs, reference_aliases: bool = False) -> list:
-    """Flag an output that shares memory with an input.
-
-    Proves: some output's storage overlaps some input's storage (the model
-    returned its input, a view of it, or wrote its result into it), so no new
-    result was produced.  Skipped when the reference itself aliases (e.g. a
-    reshape task), since then aliasing is faithful.  Limits: only storages
-    visible from Python are compared.
+    """Flag an output that shares memory with an input (the model returned its input, a view of it,
+    or wrote into it). Skipped when the reference itself aliases (a reshape task).
     """
     if reference_aliases or not shares_memory(out, inputs):
         return []
@@ -64,14 +54,9 @@ def check_alias_input(out, inputs, reference_aliases: bool = False) -> list:
 
 
 def check_same_storage(first_out, later_outs, reference_reuses: bool = False) -> list:
-    """Flag outputs of later calls that reuse the memory of an earlier, still-held output.
-
-    Proves: while the caller still holds the first call's output, a call on
-    different fresh inputs returned memory overlapping it - a persistent output
-    buffer that silently overwrites results the caller kept.  The first output is
-    held, so the caching allocator cannot legitimately hand its address out
-    again.  Limits: a buffer reused only after the caller drops its output is
-    invisible (and harmless).
+    """Flag later calls' outputs that overlap an earlier output the caller still holds: a persistent
+    output buffer that silently overwrites kept results (a held output's address cannot be handed
+    out again legitimately).
     """
     if reference_reuses:
         return []
@@ -100,17 +85,10 @@ def check_input_mutation(before: list, after: list) -> list:
 
 
 def check_later_calls(stale: list, wrong: list) -> list:
-    """Flags for later calls of a model whose first call matched the reference.
-
-    ``stale`` labels calls whose wrong output matches the reference for some
-    *earlier* inputs; ``wrong`` labels other wrong outputs.  The calls are (b)
-    fresh inputs each time and (a) the first call's tensors refilled in place
-    with new data, each compared (allclose, cfg atol/rtol) with the reference on
-    that call's data.  Proves (CACHED_OUTPUT): the model returned an earlier
-    result - caching keyed on tensor identity/address/shape, or a CUDA graph
-    replayed on the first call's buffers.  Limits: a cache keyed on the full
-    contents is invisible (and correct); a task whose outputs hardly depend on
-    the inputs cannot separate stale from fresh (see DEGENERATE_TASK).
+    """Flags for later calls of a model whose first call matched the reference: ``stale`` labels
+    wrong outputs that match the reference for *earlier* inputs (CACHED_OUTPUT: caching keyed on
+    identity, address or shape, or a CUDA graph replayed on the first call's buffers), ``wrong``
+    other wrong outputs. A cache keyed on the full contents is invisible (and correct).
     """
     flags = []
     if stale:
@@ -137,13 +115,8 @@ def _foreign_threads(before) -> list:
 
 
 def check_new_threads(before, when: str) -> list:
-    """Flag Python threads that appeared since ``before`` (a set of threads) and still run.
-
-    Proves: the model left a thread running after it returned (construction or
-    call).  Limits: a thread that finishes before we look, native (C++/OpenMP)
-    threads and CUDA streams are not seen; threads whose target lives in the
-    ``torch`` package are ignored, but e.g. ``torch.compile`` thread pools are
-    reported (the reason lists names to review).
+    """Flag Python threads that appeared since ``before`` and still run (threads whose target lives in
+    ``torch`` are ignored). Native threads and CUDA streams are not seen.
     """
     new = _foreign_threads(before)
     if not new:
@@ -163,14 +136,9 @@ def settle(device, threads=(), join_timeout_s: float = 1.0, settle_s: float = 0.
 
 
 def check_output_settled(at_return: list, settled: list) -> list:
-    """Flag outputs whose bytes changed between return and a full settle.
-
-    ``at_return`` are digests of clones taken on the current stream right after
-    the call returned; ``settled`` the digests of the same outputs after
-    :func:`settle`.  Proves: something (a thread, a CUDA stream the current
-    stream does not wait for) was still writing the output when the call
-    returned.  Limits: racy by nature - work that happens to finish before the
-    clone runs is not seen; strict timing's EVENT_SYNC_MISMATCH covers streams.
+    """Flag outputs whose digests changed between return (``at_return``) and a full :func:`settle`
+    (``settled``): a thread or stream was still writing them. Racy by nature; strict timing's
+    EVENT_SYNC_MISMATCH covers streams.
     """
     if at_return == settled:
         return []
@@ -200,17 +168,11 @@ def relative_error(x, ref64):
 
 
 def check_precision(custom_out, ref32_out, ref64_out, factor: float = 10.0, floor: float = 1e-6):
-    """``(flags, details)``: is the custom output much less accurate than the reference?
-
-    Against a float64 run of the reference, ``err(x) = ||x - ref64|| / ||ref64||``;
-    flags PRECISION_DOWNGRADE when ``err(custom) > max(factor * err(ref32), floor)``
-    for some floating output.  Proves: the custom result carries far more
-    rounding error than the float32 reference does - typically half/bfloat16
-    arithmetic or TF32 hidden behind a cast back to float32, which ``allclose``
-    with atol=rtol=1e-2 lets through.  Limits: an honest but less stable
-    algorithm (e.g. long sequential float32 sums) can also be flagged; the
-    reason gives both errors for review.  Outputs whose float64 reference is
-    all zeros, or not float64 (the reference casts internally), are skipped.
+    """``(flags, details)``: PRECISION_DOWNGRADE when, against a float64 run of the reference,
+    ``err(custom) > max(factor * err(ref32), floor)`` for some floating output, with
+    ``err(x) = ||x - ref64|| / ||ref64||``: half/bfloat16 or TF32 arithmetic hidden behind a cast,
+    which ``allclose`` at 1e-2 lets through. An honest but less stable algorithm can be flagged too
+    (the reason gives both errors). All-zero or non-float64 references are skipped.
     """
     import torch
 
@@ -269,14 +231,9 @@ def _is_constant(t) -> bool:
 
 
 def check_degenerate(ref_outputs: list, input_digests: list) -> list:
-    """Flag a task whose reference output carries no information.
-
-    ``ref_outputs`` are reference outputs for several fresh random inputs and
-    ``input_digests`` the digests of those inputs.  Proves: every output tensor
-    is constant (e.g. always zero) for every input, or - the inputs differing -
-    the outputs are identical anyway; a custom model can then return a constant
-    or a cached result and look arbitrarily fast while passing every check.
-    Limits: a few random inputs can miss rare non-constant cases.
+    """Flag a task whose reference output carries no information: constant for every input, or
+    identical for differing inputs (``input_digests``); a custom model can then return a constant
+    and pass every check.
     """
     import torch
 

@@ -70,14 +70,10 @@ def _read(fn):
 
 
 def snapshot_global_state() -> dict:
-    """Every global torch setting that changes speed or numerics, as a flat dict.
-
-    Keys: ``backends.<path>`` for ``torch.backends`` flags (cuDNN benchmark /
-    deterministic / enabled / TF32, matmul reduced-precision reductions, the
-    ``fp32_precision`` leaves of torch >= 2.9), SDPA switches, and
-    ``float32_matmul_precision``, ``default_dtype``, ``deterministic_algorithms``,
-    ``deterministic_warn_only``, ``num_threads``.  Values torch refuses to read
-    (mixed legacy/new TF32 API) are recorded as ``"<unreadable>"``.
+    """Every global torch setting that changes speed or numerics, as a flat dict: ``backends.<path>``
+    flags (cuDNN, TF32, reduced-precision reductions, torch >= 2.9's ``fp32_precision`` leaves), SDPA
+    switches, matmul precision, default dtype, deterministic algorithms, thread count. Values torch
+    refuses to read are recorded as ``"<unreadable>"``.
     """
     import torch
 
@@ -109,13 +105,9 @@ def _set_backend(path: str, want) -> None:
 
 
 def restore_global_state(snap: dict) -> None:
-    """Put back every setting recorded by :func:`snapshot_global_state`.
-
-    Only settings that differ are written; values recorded as unreadable are
-    skipped.  Order matters on torch >= 2.9, where the legacy TF32 switches and
-    ``float32_matmul_precision`` keep hidden state of their own next to the
-    ``fp32_precision`` leaves: the legacy values are written first (which also
-    writes some leaves), then the leaves and the other flags.
+    """Put back the settings of :func:`snapshot_global_state` that differ (unreadable ones skipped):
+    the legacy TF32 switches and matmul precision first, as on torch >= 2.9 they also write some
+    ``fp32_precision`` leaves, then the leaves and the other flags.
     """
     import torch
 
@@ -151,13 +143,8 @@ def diff_global_state(before: dict, after: dict) -> list:
 
 
 def check_global_state(before: dict, after: dict, when: str) -> list:
-    """Flag global settings changed between two snapshots.
-
-    Proves: constructing / calling the custom model changed process-wide
-    settings (e.g. ``cudnn.benchmark``, TF32, matmul precision, thread count)
-    that also change the reference's speed or numerics when both run in one
-    process.  Limits: only the settings in :func:`snapshot_global_state`;
-    changes made and undone inside one call are not seen.
+    """Flag global settings (:func:`snapshot_global_state`) changed between two snapshots: they would
+    change the reference's speed or numerics too. Changes undone inside one call are not seen.
     """
     changed = diff_global_state(before, after)
     if not changed:

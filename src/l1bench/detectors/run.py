@@ -187,19 +187,10 @@ def _eval(model) -> None:
 def run_detectors(ref_cls, custom_cls, get_inputs, get_init_inputs, device, cfg=None, ref_model=None) -> dict:
     """Run every detector on one (reference, custom) pair; return ``{"flags", "details"}``.
 
-    Models are built as :func:`l1bench.snippet.build_model` does (seed before
-    construction, the same init inputs for both).  ``cfg`` keys (defaults in
-    :data:`DEFAULTS`): seed, atol, rtol, n_calls, precision_factor,
-    precision_floor, settle_s, join_timeout_s.
-
-    ``ref_model``: an already built reference (constructed under ``cfg["seed"]`` with the same
-    init inputs, on ``device``), to save constructing it again.
-
-    Reference failures propagate.  Failures of the custom model (construction
-    or a call) become a DETECTOR_ERROR flag and end the custom checks - except
-    failures :func:`l1bench.snippet.classify_exception` classes as
-    infrastructure (CUDA faults, OOM), which are raised as
-    :class:`l1bench.snippet.InfraError` since the CUDA context may be broken.
+    Models are built as :func:`l1bench.snippet.build_model` does; ``cfg`` keys: :data:`DEFAULTS`.
+    ``ref_model``: an already built reference (same seed, init inputs and device). Reference
+    failures propagate; a custom model's failure is a DETECTOR_ERROR flag that ends its checks,
+    except infrastructure failures (CUDA faults, OOM), raised as :class:`l1bench.snippet.InfraError`.
     Global backend settings are restored before returning.
     """
     import torch

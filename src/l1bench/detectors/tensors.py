@@ -49,11 +49,9 @@ def clone_values(values):
 
 
 def digest(t) -> str:
-    """A fingerprint of a tensor's bytes, with dtype and shape; NaN-safe.
-
-    CPU tensors: sha1 of the bytes. Device tensors: :func:`device_fingerprint`, computed where
-    the tensor lives (copying hundreds of MB to the host and hashing them there took seconds
-    per call for the large inputs of level-1 tasks, inside the GPU lock).
+    """A fingerprint of a tensor's bytes, with dtype and shape; NaN-safe. CPU tensors: sha1 of the
+    bytes; device tensors: :func:`device_fingerprint`, computed where they live (no copy to the host
+    inside the GPU lock).
     """
     import torch
 
@@ -70,11 +68,8 @@ def digest(t) -> str:
 
 
 def device_fingerprint(flat) -> str:
-    """Two position-weighted sums of a 1-D tensor's bytes (as int32 words), on its device.
-
-    Equal bytes give equal sums; any change of a word changes both sums unless it is
-    cancelled mod 2**64 by changes elsewhere (not a cryptographic hash: it detects mutation,
-    caching and stale outputs, not an adversary forging collisions against it).
+    """Two position-weighted sums of a 1-D tensor's bytes (as int32 words), on its device: detects
+    mutation, caching and stale outputs, not an adversary forging collisions.
     """
     import torch
 

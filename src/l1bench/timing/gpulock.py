@@ -1,11 +1,6 @@
-"""An exclusive, cross-process lock per device, held only around GPU work.
-
-Snakemake may run several evaluation jobs at once (``resources: gpu`` in the
-profile). Their CPU-side work (interpreter start, imports, loading extensions,
-``torch.compile`` code generation) overlaps freely, but every section that runs
-kernels (correctness trials, warm-up, timed calls) holds this lock, so no two
-measurements ever share a GPU. The time spent waiting is reported, and is not counted against a job's timeout
-(a hanging task holds the lock until its own timeout kills it).
+"""An exclusive, cross-process flock per device, held around every section that runs kernels, so no
+two measurements share a GPU while CPU work overlaps freely. Waiting time is reported to the
+runner and not counted against a job's timeout.
 """
 
 from __future__ import annotations
@@ -230,13 +225,9 @@ def claim_free_device(
     devices: list[str], lock_dir=None, stats: dict | None = None, before_pause=None, timing_cpus=None,
     poll_s: float = 0.005,
 ) -> tuple[int, DeviceLock]:
-    """Take the lock of whichever of ``devices`` is free first: (its index, the held lock).
-
-    A job's first GPU section places it: on a machine with several GPUs it takes any free one
-    instead of queueing for one picked in advance, so no GPU idles while jobs wait. Later
-    sections of the job take that same GPU's lock (its models live there). ``timing_cpus[i]``
-    is the timing CPU of ``devices[i]`` (exported for :func:`_pin_to_timing_cpu`). Waiting time
-    is reported like a blocking wait (not counted against the job's timeout).
+    """Take the lock of whichever of ``devices`` is free first: (its index, the held lock), so that no
+    GPU idles while jobs wait. ``timing_cpus[i]``: the timing CPU of ``devices[i]``. Waiting time is
+    reported like a blocking wait.
     """
     stats = {} if stats is None else stats
     locks = [DeviceLock(d, lock_dir, stats, before_pause) for d in devices]

@@ -1,11 +1,7 @@
-"""The published harness's primitives (CUDA-L1 ``eval/eval_cuda.py`` at the pinned commit).
-
-Timing one call (:func:`time_call`), an outer trial's timed pairs in random order with disturbed
-and driver-stalled first pairs timed again (:func:`timed_pairs`), the laziness and correctness
-checks (:func:`lazy_problems`, :func:`compare_outputs`, :func:`correctness_trials`), the warm-ups
-(:func:`run_reference_warmup`, :func:`warm_up`, :func:`renew_allocator`), and constructing models
-on the CPU with CUDA barred (:class:`CustomBuilder`). Nothing here takes the GPU lock: callers
-run these inside a section (:mod:`l1bench.timing.sections`).
+"""The published harness's primitives (CUDA-L1 ``eval/eval_cuda.py`` at the pinned commit): timing
+calls and pairs, the laziness and correctness checks, the warm-ups, and constructing models on
+the CPU with CUDA barred (:class:`CustomBuilder`). Callers run these inside a GPU section
+(:mod:`l1bench.timing.sections`).
 """
 
 from __future__ import annotations
@@ -47,13 +43,10 @@ def find_model_streams(model) -> list:
 
 
 def time_call(fn, inputs, device: str, wait_streams=(), clock=None) -> tuple[float, object]:
-    """(milliseconds of one call, what the host did while launching it).
-
-    CUDA events on the current stream (a host timer on CPU). With a
-    :class:`~l1bench.timing.hostclock.ThreadClock` the launching thread's accounting is sampled just
-    before the start event and just after the end event is enqueued: the host part of the
-    timed window (what happens after that cannot lengthen the events). Else the second item is
-    None.
+    """(milliseconds of one call, what the host did while launching it): CUDA events on the current
+    stream (a host timer on CPU); with a :class:`~l1bench.timing.hostclock.ThreadClock`, the
+    launching thread's accounting from before the start event to after the end event is enqueued
+    (else None).
     """
     before = clock.sample() if clock is not None else None
     if device.startswith("cuda"):
@@ -78,19 +71,14 @@ def time_call(fn, inputs, device: str, wait_streams=(), clock=None) -> tuple[flo
 
 def timed_pairs(base, custom, make_inputs_fn, n: int, rng, device: str, streams, ledger, trial: int, clock,
                 reset=None):
-    """The harness's ``n`` timed (reference, custom) pairs of one outer trial, in random order,
-    on fresh inputs: (reference ms, custom ms).
+    """The harness's ``n`` timed (reference, custom) pairs of one outer trial, in random order, on
+    fresh inputs: (reference ms, custom ms).
 
-    A pair during whose launch the host kept the timing thread from running (preempted,
-    stolen: :meth:`hostclock.Delta.disturbed`) measured the host, not the code: it is recorded
-    in ``ledger`` and timed again on fresh inputs, up to ``n`` times per trial.
-
-    The first pair of a trial is special: the allocator was emptied before the trial, so its
-    calls allocate device memory, a call into the driver that waits for other processes' calls
-    into it (their CUDA start, frees, exits). A first pair that stalled while launching
-    (:func:`first_pair_slowed_in_driver`) is timed again after ``reset`` (empty the allocator,
-    one warm-up call: the state the harness's first pair has), and so is a disturbed first pair.
-    Without disturbances the calls and the random draws are exactly the harness's.
+    A pair whose launch the host disturbed (:meth:`hostclock.Delta.disturbed`) is recorded in
+    ``ledger`` and timed again, up to ``n`` times per trial. A first pair (its calls allocate, a
+    call into the driver) that stalled while launching (:func:`first_pair_slowed_in_driver`), or was
+    disturbed, is timed again after ``reset`` (the first pair's state). Without disturbances the
+    calls and random draws are exactly the harness's.
     """
     ref_ms: list = []
     cus_ms: list = []
@@ -161,12 +149,10 @@ def first_pair_slowed_in_driver(ref_ms: list, cus_ms: list, launches: dict) -> b
 
 
 def lazy_problems(outputs, device: str) -> list[str]:
-    """The paper protocol's laziness check: plain tensors on the device with real storage.
-
-    Its result is the check's ``lazy`` status and reason. :func:`l1bench.detectors.check_lazy`
-    is the detectors' variant (a ``LAZY`` flag): it skips non-tensor outputs, compares devices
-    by index, accepts empty tensors without storage and words its reasons differently; the two
-    stay apart because their texts and verdicts are recorded in results."""
+    """The paper protocol's laziness check: plain tensors on the device with real storage (the
+    ``lazy`` status). :func:`l1bench.detectors.check_lazy` is the detectors' variant; both texts are
+    recorded in results, so the two stay apart.
+    """
     import torch
 
     problems = []
@@ -193,12 +179,10 @@ def lazy_problems(outputs, device: str) -> list[str]:
 
 
 def compare_outputs(ref_out, cus_out, atol: float, rtol: float) -> tuple[bool, str, float]:
-    """(ok, reason, max_abs_diff) comparing two model outputs like the harness (shape + allclose).
-
-    Mixed dtypes and non-tensor outputs fail, as in the harness. :func:`l1bench.detectors.compare_outputs`
-    is the detectors' variant: it casts the custom output to the reference's dtype and device,
-    compares non-tensor outputs by equality and words its reasons differently (both are
-    recorded in results, so the two stay apart)."""
+    """(ok, reason, max_abs_diff) comparing two model outputs like the harness (shape + allclose; mixed
+    dtypes and non-tensor outputs fail). :func:`l1bench.detectors.compare_outputs` is the detectors'
+    variant (recorded in results too, so the two stay apart).
+    """
     import torch
 
     refs, cuss = flatten_outputs(ref_out), flatten_outputs(cus_out)
@@ -273,16 +257,10 @@ _PROBED: dict[str, tuple[bool, str]] = {}
 class CustomBuilder:
     """Builds ``ModelNew`` for a seed, keeping CPU work out of the device lock when it is safe.
 
-    A custom ``__init__`` can be expensive CPU work (weight initialisation of a VGG, an
-    inline extension build that fails and is retried by every instance), or it can run GPU
-    code (streams, CUDA graphs, ``.cuda()`` tensors). :meth:`probe` constructs one instance
-    on the CPU *before this process has touched CUDA*, with CUDA's initialisation barred
-    (:func:`cuda_barred`): an ``__init__`` that reaches for the GPU stops there, before any of
-    its GPU work could run outside the lock. If it completes, ``__init__`` is CPU-only and
-    every later instance is constructed outside the lock (:meth:`prepare`) and only moved
-    inside it (:meth:`finish`), which is exactly ``ModelNew(*init_inputs).to(device)`` as the
-    harness does. Otherwise (or on the CPU backend, or if the probe raises) instances are built
-    inside the lock.
+    :meth:`probe` constructs one instance on the CPU before this process has touched CUDA, with
+    CUDA's initialisation barred (:func:`cuda_barred`): if it completes, ``__init__`` is CPU-only and
+    later instances are constructed outside the lock (:meth:`prepare`) and only moved inside it
+    (:meth:`finish`), exactly ``ModelNew(*init_inputs).to(device)``. Otherwise they are built inside.
     """
 
     def __init__(self, cls, init_inputs, device: str):
@@ -390,12 +368,10 @@ def warm_up(base, custom, inputs, n: int, device: str) -> None:
 
 
 def correctness_trials(original, custom, get_inputs, device: str, p: dict, tolerances=None) -> tuple:
-    """The harness's correctness check: (ok, reason, trials passed, max abs diff).
-
-    Trial seeds are drawn from ``torch.manual_seed(seed)`` as the harness draws them; each
-    trial seeds, draws inputs, runs both models in eval mode and compares shape and
-    ``allclose(atol, rtol)``. ``tolerances``, a list, receives each compared trial's smallest
-    passing tolerance (:func:`l1bench.tolerance.outputs_min_tolerance`, JSON form).
+    """The harness's correctness check: (ok, reason, trials passed, max abs diff). Trial seeds are drawn
+    from ``torch.manual_seed(seed)`` as the harness draws them; each trial compares shape and
+    ``allclose(atol, rtol)``. ``tolerances``, a list, receives each trial's smallest passing
+    tolerance (:func:`l1bench.tolerance.outputs_min_tolerance`, JSON form).
     """
     import torch
 

@@ -1,22 +1,10 @@
 """Was the thread that timed a call kept from running during it? The kernel's own accounting.
 
-A CUDA-event time covers everything between the two events, so a timed call is only as clean
-as the run of the thread that launches it: if that thread is preempted (another task on its
-CPU), its virtual CPU is taken away by the hypervisor (steal), or an interrupt is handled on
-its CPU, the call is timed with the pause. The kernel accounts for every thread: time on a CPU
-(``CLOCK_THREAD_CPUTIME_ID``), time runnable but waiting for one (``run_delay`` in
-``/proc/<tid>/schedstat``), voluntary and involuntary context switches (``getrusage``). Read
-before and after each timed call, outside its two events, they say whether the thread ran the
-whole time:
-
-* ``wait``: runnable but not running (preempted on its CPU);
-* ``lost``: neither running nor waiting although it never slept (no voluntary switch):
-  time taken by the hypervisor or by interrupts;
-* a call whose thread ran throughout but whose event time is stretched was delayed on the GPU.
-
-``disturbed_ns`` (wait, plus lost time when the thread never slept) is what the timed call
-must not contain. It is independent of the code timed, except for code that starts its own
-threads on the timing CPU (those would compete with the thread that launches the calls).
+A CUDA-event time covers everything between the two events, so a call is timed with any pause
+of the thread that launches it (preemption, hypervisor steal, interrupts). Read before and after
+each timed call, outside its events, the thread's CPU time, run-queue wait (``schedstat``) and
+context switches say whether it ran throughout: ``disturbed_ns`` (wait, plus lost time when the
+thread never slept) is what a timed call must not contain.
 """
 
 from __future__ import annotations

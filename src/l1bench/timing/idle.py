@@ -132,11 +132,9 @@ class IdleTokens:
             self._fh = None
 
     def keep_until_exit(self) -> None:
-        """Hold the token (if held) until this process has ended. A worker that leaves still
-        holds its CUDA context, and tears down torch, for a while after :func:`serve` returns;
-        closing the token there told :func:`l1bench.timing.taskworker.gpu_alone` that the worker (and
-        its GPU memory) was gone while it still ran. A duplicate of the token's descriptor is
-        never closed by Python: the kernel closes it, and lets go of the flock, only as the
-        process exits."""
+        """Hold the token (if held) until this process has ended: a leaving worker still holds its CUDA
+        context for a while after :func:`serve` returns. A duplicated descriptor is closed, and the
+        flock let go, only by the kernel as the process exits.
+        """
         if self._fh is not None:
             os.dup(self._fh.fileno())

@@ -1,17 +1,7 @@
-"""The timing protocols: one interface, two implementations.
-
-:func:`l1bench.worker.stages.do_time` prepares a time job once for both protocols (the snippets
-loaded, ``ModelNew`` probed, the compile mode's first call made) and hands a
-:class:`TimingSetup` to the protocol of ``job["protocol"]`` (:func:`protocol_for`), whose
-:meth:`TimingProtocol.time` runs the timed GPU sections and returns the time result:
-
-* :class:`PaperProtocol`: the published harness's measurement: a baseline mode's correctness
-  against its own baseline, then ``outer_trials`` × ``inner_trials`` timed pairs in random order
-  (:func:`l1bench.timing.harness.timed_pairs`: disturbed pairs and a first pair stalled in the
-  driver timed again), stopping early below ``early_stop_below``; score = mean over outer
-  trials of mean(ref ms)/mean(custom ms).
-* :class:`StrictProtocol`: one section timed by :func:`l1bench.timing.strict.time_strict`; score = its
-  median speedup.
+"""The timing protocols: :func:`l1bench.worker.stages.do_time` prepares a time job once and hands a
+:class:`TimingSetup` to the protocol of ``job["protocol"]`` (:func:`protocol_for`):
+:class:`PaperProtocol` (the published harness's measurement) or :class:`StrictProtocol`
+(:func:`l1bench.timing.strict.time_strict`).
 """
 
 from __future__ import annotations
@@ -41,17 +31,10 @@ from l1bench.worker.torch_hooks import _COMPILED_GRAPHS, COMPILE_MODES
 
 @dataclass(frozen=True)
 class TimingSetup:
-    """What :func:`~l1bench.worker.stages.do_time` prepared for a protocol.
-
-    ``stats`` (phases, the probe's note, ``precompile_s``) is the job's, filled on by the
-    protocol and returned in its result. The callables are do_time's:
-
-    * ``baseline_on_cpu(seed)``: (the baseline constructed under ``seed`` on the CPU, init inputs);
-    * ``on_device(base_cpu, custom_cpu, seed, init_inputs)``: inside a section, (baseline moved
-      and wrapped for the mode, ``ModelNew`` moved or constructed);
-    * ``gpu_section()``: a GPU section (:func:`l1bench.timing.sections.exclusive`); the job's
-      first one also runs the harness's reference warm-up;
-    * ``read_clocks("before" | "after")``: SM/memory clocks into ``clocks``, inside a section.
+    """What :func:`~l1bench.worker.stages.do_time` prepared for a protocol: ``stats`` (the job's, filled
+    on and returned in the result) and do_time's callables: ``baseline_on_cpu(seed)``,
+    ``on_device(base_cpu, custom_cpu, seed, init_inputs)`` (inside a section), ``gpu_section()`` and
+    ``read_clocks("before" | "after")``.
     """
 
     job: dict
@@ -84,13 +67,10 @@ class TimingProtocol(ABC):
 
 
 class PaperProtocol(TimingProtocol):
-    """The published harness's protocol (CUDA-L1 ``eval/eval_cuda.py`` at the pinned commit).
-
-    A mode with its own baseline snippet (``BASELINE_MODES``) is first checked against that
-    baseline. Then per outer trial (seed + trial), in one GPU section: both models placed, the
-    harness's warm-up calls, ``inner_trials`` timed pairs (:func:`timed_pairs`, with the
-    allocator renewed before a first pair that is timed again); the trials stop early when one
-    scores below ``early_stop_below``.
+    """The published harness's protocol: a mode with its own baseline snippet is first checked against
+    it; then per outer trial, in one GPU section, the warm-up calls and ``inner_trials`` timed pairs;
+    the trials stop early below ``early_stop_below``. Score: mean over trials of
+    mean(ref ms)/mean(custom ms).
     """
 
     name = "paper"

@@ -90,15 +90,9 @@ def claim_gpu(job: dict, stats: dict, before_pause):
 
 @contextlib.contextmanager
 def exclusive(device: str, job: dict, stats: dict):
-    """The device lock, under no_grad; the device is synchronised and cached device memory
-    handed back before release.
-
-    Kernels are launched asynchronously: without the synchronisation, work launched at the end
-    of a section (a warm-up, eager code before a recompilation) could still be running when
-    the next job's timed calls start; for the same reason the device is synchronised before the
-    lock is paused for CPU work inside a section (a compile, an extension build). Up to one
-    worker per core waits for the lock at once: memory a waiting worker's caching allocator
-    still holds from its last section is memory the lock holder cannot have.
+    """The device lock, under no_grad and without garbage collection; the device synchronised and its
+    cached memory handed back before release, so that no work of this section runs into the next
+    holder's timed calls and a waiting worker holds no memory the holder needs.
     """
     import torch
 

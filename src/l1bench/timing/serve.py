@@ -1,37 +1,18 @@
-"""A task worker: one process that serves one task's check and its eager-mode time steps, one
-after another, so that CUDA starts and the GPU's first-use work (module loading, cuDNN/cuBLAS
-set-up) is paid once per task instead of once per step. Run as ``python -m l1bench.timing.serve
-NAME IDLE_S [MAX_STEPS [MAX_IDLE [HOME]]]`` by :mod:`l1bench.timing.taskworker` (the job script's
-side), which also kills it when a step runs over its timeout.
+"""A task worker: one process that serves one task's check and its eager-mode time steps one after
+another, so that CUDA's start and the GPU's first-use work are paid once per task, not once per
+step. Run as ``python -m l1bench.timing.serve NAME IDLE_S [MAX_STEPS [MAX_IDLE [HOME]]]`` by
+:mod:`l1bench.timing.taskworker`, which also kills it when a step runs over its timeout.
 
-Why: a profile of the 41-task slice (2026-12-04, H200, bare machine) found 40 % of the GPU lock in each
-process's own first-use cost (CUDA's start, the reference warm-up's first convolutions, models
-to device) with one process per step. Steps stay separate, cached Snakemake jobs.
+A step runs as in a fresh process (:class:`~l1bench.timing.taskstate.TaskWorker`): one task per
+worker, the torch.compile modes never (they keep a process each); torch's settings are put back
+and the snippets' modules dropped after every step; the worker retires after a step that patched
+torch, left a thread running, changed grad mode or the default device, broke, or after
+``MAX_STEPS``. Every result records it in ``provenance.task_worker``.
 
-What keeps a step as clean as in a fresh process (:class:`TaskWorker`):
-
-* one task per worker, never two; the torch.compile modes never come here (their dynamo and
-  inductor state would carry over): they keep a process of their own;
-* after every step, torch's process-wide settings that change speed or numerics are put back as
-  they were when the worker started (:func:`l1bench.detectors.restore_global_state`: cuDNN
-  benchmark, TF32, matmul precision, ...; 50 of the h100 release's custom codes set
-  ``cudnn.benchmark``), and the snippets' modules are dropped;
-* the worker **retires** (exits; the task's next step starts a fresh one) after a step that
-  replaced a function or class attribute in torch's namespaces (a monkeypatch,
-  :func:`replaced`; torch's own wrappers, :func:`torch_rewrapped`, are recorded and kept),
-  left a thread of its own running, changed grad mode or the default device, broke (CUDA
-  fault, out of memory: exit 3; any other exception: exit 1), or after ``max_steps`` steps;
-* every result it writes says so in ``provenance.task_worker`` (its pid, the step's number in
-  it, the steps that ran before in the same process).
-
-The worker ends by itself when no step came for ``IDLE_S`` seconds; after a step, when
-``MAX_IDLE`` other workers already wait idle on its GPU (:class:`IdleTokens`: each idle worker
-holds its CUDA context, GPU memory no step uses; 0 sets no bound, -1 one from the GPU's memory:
-:func:`auto_idle_bound`); while idle, when a job that takes its run's every GPU slot asks the
-idle workers of its run (``HOME``, the workers' folder) to leave (:func:`asked_to_leave`); when
-the workflow that started it is gone (:mod:`l1bench.lifeline`), and, during a step, when the job
-script that sent the step is gone (its connection closed): it then kills its process group, as
-a job's guard kills a one-shot worker.
+The worker exits when idle for ``IDLE_S``; after a step, when ``MAX_IDLE`` workers already wait
+idle on its GPU (:class:`~l1bench.timing.idle.IdleTokens`); while idle, when a job of its run
+takes the GPU alone (:func:`~l1bench.timing.idle.asked_to_leave`); and it kills its process
+group when the workflow is gone or, during a step, when the job script that sent it is gone.
 """
 
 from __future__ import annotations

@@ -1,17 +1,9 @@
 """Timed calls stretched by a host-side stall, found in a paper-protocol result's raw timings.
 
-A CUDA-event time covers everything between the two events on the stream, so a call whose
-launching thread is held up (descheduled, a driver lock) is timed with the stall: on the H200
-run a 0.03 ms call was now and then timed at 4.1–4.3 or 8.2 ms (multiples of a 4 ms
-scheduler tick). The paper protocol averages means, so one such call can move a score, and a
-stall in the first outer trial can trigger its early stop and end the measurement there.
-
-This module does not change any score (the paper protocol stays the harness's). It finds the
-stalled calls, rescores the result without the pairs that hold one, and says when that
-changes the result enough to matter (the ``TIMING_OUTLIER`` flag, for review).
-
-A call is *stalled* when it exceeds ``factor`` times the median of its side (all reference or
-all custom calls of the result) by at least ``min_extra_ms``.
+A call is *stalled* when it exceeds ``FACTOR`` times the median of its side by at least
+``MIN_EXTRA_MS`` (on the H200 run a 0.03 ms call was now and then timed at 4 or 8 ms, multiples
+of a scheduler tick). No score changes: :func:`rescore` scores a result without the pairs that
+hold a stalled call, and :func:`outlier_flag` raises ``TIMING_OUTLIER`` when that matters.
 """
 
 from __future__ import annotations

@@ -1,35 +1,20 @@
 """Strict timing protocol: reference vs. custom, resistant to the known reward hacks.
 
-Differences from the published harness (which times repeated calls on the same
-inputs with CUDA events on the current stream):
+Unlike the published harness (repeated calls on the same inputs, CUDA events on the current
+stream):
 
-* every timed call gets its own freshly generated inputs, generated outside the
-  timed region and all kept alive until the end, so no tensor or address is
-  ever seen twice (defeats output caching keyed on identity or address);
-* on CUDA the L2 cache is flushed before every timed call (a write of at least
-  twice the L2 size, then a read of a clean buffer so no dirty-line write-back
-  is charged to the call), outside the timed region;
-* on CUDA each call is timed twice: CUDA events on the current stream and a
-  host timer around ``torch.cuda.synchronize()`` (device-wide, covers every
-  stream).  The host-synchronised time is the strict time; a custom model whose
-  synchronised time is far above its event time is doing work on streams the
-  current stream does not wait for (EVENT_SYNC_MISMATCH);
-* reference and custom calls are interleaved in random order, and the global
-  backend state is restored before every reference call, so a custom model
-  cannot change the reference's speed through global flags;
-* repetitions continue until the relative standard error of the speedup is
-  small, within a repetition cap and a time budget; a seeded bootstrap gives a
-  95% interval for the ratio of medians.
-* with ``verify_outputs`` (opt-in, default 0), timed calls' outputs are checked:
-  that many of the first ``min_reps`` repetitions, and later ones at the same
-  rate, are picked by the operating system's random source (no seed a snippet
-  could replay); for a picked repetition the custom model's inputs are copied
-  before its timed call (before the L2 flush), its output is kept, and after the
-  repetition the reference runs on the copy, untimed, and the two outputs are
-  compared (``atol``/``rtol``). A mismatch is TIMED_OUTPUT_MISMATCH and ends the
-  timing. The detectors and correctness trials run in the check, and a snippet
-  can tell them from timing (the call stack, the number of calls, a file written
-  during the check); only the timed calls' own outputs show what was timed.
+* every timed call gets freshly generated inputs, all kept alive to the end (no tensor or
+  address is seen twice: defeats output caching);
+* on CUDA the L2 cache is flushed before every timed call, outside the timed region;
+* on CUDA each call is timed by events and by a host timer around ``torch.cuda.synchronize()``
+  (every stream); the synchronised time is the strict time, and one far above the event time
+  is work on streams the timer does not wait for (EVENT_SYNC_MISMATCH);
+* reference and custom calls are interleaved in random order, the global backend state
+  restored before every reference call;
+* repetitions continue until the speedup's relative standard error is small (within a cap and
+  a time budget); a seeded bootstrap gives a 95 % interval for the ratio of medians;
+* with ``verify_outputs``, randomly picked timed calls' outputs are compared with the
+  reference's on a copy of their inputs (TIMED_OUTPUT_MISMATCH ends the timing).
 
 Like the detectors, this executes untrusted code: run it in a worker child.
 """
@@ -126,25 +111,15 @@ def _ratio(a: float, b: float) -> float:
 def time_strict(ref_model, custom_model, make_inputs, device, cfg=None, gpu_section=None, global_state=None) -> dict:
     """Time ``ref_model`` against ``custom_model`` under the strict protocol (module docstring).
 
-    ``make_inputs()`` must return a new input list on ``device`` at each call
-    (e.g. ``lambda: snippet.make_inputs(get_inputs, dev, True)``).
-    ``gpu_section``, if given, is a context-manager factory (e.g. a GPU lock)
-    wrapped around warm-up and the whole timed loop.  ``global_state`` is the
-    snapshot restored before every reference call (default: a snapshot taken on
-    entry; pass one taken before constructing the custom model so its
-    constructor's changes are undone too).  The snapshot is restored on return.
+    ``make_inputs()`` returns a new input list on ``device`` at each call; ``gpu_section``, if
+    given, a context-manager factory wrapped around warm-up and the timed loop; ``global_state``
+    the snapshot restored before every reference call and on return (default: one taken on entry;
+    pass one taken before constructing the custom model). ``cfg`` keys: :data:`DEFAULTS`.
 
-    ``cfg`` keys (:data:`DEFAULTS`): seed, warmup, min_reps, max_reps,
-    rse_target, budget_s, sync_mismatch, sync_slack_ms, flush_l2, flush_clean,
-    l2_fallback_bytes, pool_bytes, pool_chunk, bootstrap, verify_outputs, atol, rtol.
-
-    Returns ``ref_ms``/``custom_ms`` (strict times: host-synchronised on CUDA,
-    plain host time on CPU), on CUDA also ``ref_event_ms``/``custom_event_ms``;
-    ``speedup_median`` = median(ref)/median(custom), ``speedup_mean``, ``ci95``,
-    ``n``, ``rse``, ``stop_reason`` (rse / max_reps / budget / pool_memory /
-    output_mismatch), with ``verify_outputs`` ``verified`` (:meth:`OutputChecks.summary`),
-    ``flags`` and a few settings used.  ``budget_s`` bounds the timed loop (not
-    warm-up).  Exceptions raised by either model propagate.
+    Returns the strict times ``ref_ms``/``custom_ms`` (on CUDA also the event times),
+    ``speedup_median`` (median(ref)/median(custom)), ``speedup_mean``, ``ci95``, ``n``, ``rse``,
+    ``stop_reason``, ``verified`` (with ``verify_outputs``) and ``flags``. Models' exceptions
+    propagate.
     """
     import torch
 
@@ -280,13 +255,9 @@ def _summarise(ms, ev, c, rse, stop) -> dict:
 
 
 def sync_mismatch_flag(sync_med_ms: float, event_med_ms: float, factor: float = 1.5, slack_ms: float = 0.05) -> list:
-    """EVENT_SYNC_MISMATCH when the synchronised median exceeds ``factor`` x the event median.
-
-    Proves: after the current stream's end event, the device still had work
-    from the call (side streams, un-joined kernels) - the event timing of the
-    published harness would under-count it.  ``slack_ms`` ignores gaps smaller
-    than the host's synchronisation overhead, which dominates for tiny kernels.
-    Limits: work on other devices or processes is not seen.
+    """EVENT_SYNC_MISMATCH when the synchronised median exceeds ``factor`` x the event median and the
+    gap is above ``slack_ms`` (the host's synchronisation overhead): the call left work on streams
+    the current stream does not wait for, which the published harness's events under-count.
     """
     if sync_med_ms - event_med_ms <= slack_ms:
         return []
@@ -304,18 +275,10 @@ def sync_mismatch_flag(sync_med_ms: float, event_med_ms: float, factor: float = 
 
 
 def cache_sensitivity(ref_model, custom_model, make_inputs, device, cfg=None, gpu_section=None, global_state=None):
-    """Does the custom speedup depend on data left in L2 between calls? (CUDA only)
-
-    Runs :func:`time_strict` twice, with and without the L2 flush, and compares
-    the speedups (event-based when available: host sync overhead would mask the
-    effect for short calls).  Flags L2_RESIDENT when
-    ``speedup_no_flush / speedup_flush > cfg l2_factor`` (default 1.5).
-    Proves: most of the custom model's advantage comes from a working set that
-    stays in L2 across calls (e.g. a persistent copy of data the reference must
-    re-read) - an advantage the published harness, which never flushes and
-    reuses inputs, inflates.  Limits: timing noise on very short calls; an
-    honest model with small persistent weights shows a mild effect too.
-    On CPU returns ``{"skipped": ..., "flags": []}``.
+    """Does the custom speedup depend on data left in L2 between calls? (CUDA only; on CPU
+    ``{"skipped": ..., "flags": []}``.) Runs :func:`time_strict` with and without the L2 flush and
+    flags L2_RESIDENT when ``speedup_no_flush / speedup_flush > cfg["l2_factor"]`` (event-based
+    speedups where available): an advantage the published harness, which never flushes, inflates.
     """
     dev = detectors.as_device(device)
     if dev.type != "cuda":

@@ -21,12 +21,8 @@ def _nbytes(values) -> int:
 
 
 class InputPool:
-    """Fresh input sets handed out once each; every set stays alive until the pool dies.
-
-    Sets are generated ``chunk`` at a time (outside any timed region), so by the
-    time a set is used later-generated sets have usually pushed it out of the
-    caches.  Holding every set means the caching allocator never hands an
-    address to two sets, so no two timed calls see the same tensor or address.
+    """Fresh input sets handed out once each, generated ``chunk`` at a time outside timed regions and
+    all kept alive until the pool dies, so no two timed calls see the same tensor or address.
     :meth:`take` returns None once another set would exceed ``max_bytes``.
     """
 
@@ -74,13 +70,10 @@ class InputPool:
 
 
 def default_pool_bytes(dev) -> int:
-    """The input pool's cap: 1 GiB on a CPU, min(16 GiB, 30 % of the GPU's total memory) on
-    CUDA: 16 GiB on an H100 or H200, whatever else runs. It was 30 % of the *free* memory, so a
-    crowded GPU gave a smaller pool and fewer repetitions (2026-12-05: in a run with 45 idle
-    task workers on an 80 GB H100, 11 strict results stopped on the pool, 4 of them before
-    their first pair, where a run with memory to spare stopped only L3_T006). A pool that does
-    not fit now runs out of memory instead, an attempt retried with the GPU alone
-    (l1bench.attempts)."""
+    """The input pool's cap: 1 GiB on a CPU, min(16 GiB, 30 % of the GPU's total memory) on CUDA, the
+    same whatever else runs. A pool that does not fit runs out of memory, an attempt retried with
+    the GPU alone (l1bench.attempts).
+    """
     import torch
 
     if dev.type != "cuda":
@@ -105,13 +98,9 @@ def l2_flush_bytes(dev, fallback: int = 256 << 20) -> int:
 
 
 class L2Flusher:
-    """Evicts the device L2 before a timed call (no-op when disabled or on CPU).
-
-    Writes a buffer of ``nbytes`` (at least 2x L2), then - with ``clean`` - reads
-    a separate zeroed buffer of half that size (the L2 size).  The write alone
-    leaves L2 full of dirty lines whose write-back to HBM would be charged to
-    the timed call; the read replaces them with clean lines, so the timed call
-    starts from a cold but clean L2.
+    """Evicts the device L2 before a timed call (no-op when disabled or on CPU): writes ``nbytes`` (at
+    least 2x L2), then with ``clean`` reads a zeroed buffer of the L2's size, so that no dirty-line
+    write-back is charged to the timed call.
     """
 
     def __init__(self, dev, nbytes: int, enabled: bool = True, clean: bool = True):

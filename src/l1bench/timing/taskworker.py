@@ -1,26 +1,15 @@
 """The job script's side of a task worker.
 
-A job that the task worker serves (:func:`l1bench.plan.serves_task_worker`: a check, or an
-eager-mode time job) does not start a worker of its own. :func:`run_in_task_worker` instead:
+A check or an eager-mode time job (:func:`l1bench.plan.serves_task_worker`) does not start a
+worker of its own: :func:`run_in_task_worker` takes its task's step lock (one step at a time),
+connects to the task's worker (an abstract Unix socket named after the results folder and the
+task) or starts one, sends the job and waits for the reply as :func:`l1bench.runner.run_worker`
+waits for a one-shot worker (lock waits not counted, timeouts kill the worker's process group).
+The outcome is the same: a result dict, :class:`JobFailed` or :class:`JobStopped`; a broken
+worker costs only its step.
 
-1. takes its task's step lock (a file lock, ``<home>/<tid>.lock``), so that one task's steps
-   go to its worker one at a time (the time waiting is not counted against the timeout);
-2. connects to the task's worker (an abstract Unix socket named after the results folder and
-   the task: no file to go stale), or starts one (``python -m l1bench.timing.serve``, its own
-   session and process group, in the task's extension folder, its output in
-   ``<home>/<tid>.log`` between steps);
-3. sends the job, and waits for the reply as :func:`l1bench.runner.run_worker` waits for a
-   one-shot worker: the timeout does not count lock waits, a section held too long or a timeout
-   kills the worker's whole process group, and so does the end of the workflow.
-
-The outcome is the same as with a one-shot worker: a result dict, or :class:`JobFailed`
-(``timeout``, ``section_timeout``, ``infra``, ``crash``: the worker died or the step raised),
-or :class:`JobStopped`. A worker that broke or was killed costs only the step that ran: the
-task's next step finds no worker and starts a fresh one.
-
-A job that takes its run's every GPU slot (the retry of a step that ran out of GPU memory beside
-other jobs: :func:`l1bench.plan.gpu_slots`) first asks the run's idle task workers to leave
-(:func:`gpu_alone`), so that it has the GPU's memory to itself, not less their CUDA contexts.
+A job that takes its run's every GPU slot first asks the run's idle task workers to leave
+(:func:`gpu_alone`).
 """
 
 from __future__ import annotations
@@ -250,13 +239,11 @@ ALONE_WAIT_S = 10.0
 @contextlib.contextmanager
 def gpu_alone(home, lock_dir=None, settle_s: float | None = None, wait_s: float | None = None,
               poll_s: float = 0.1):
-    """For a job that takes its run's every GPU slot: ask the run's idle task workers (those of
-    ``home``, the workers' folder) to leave, wait until they have (``settle_s`` at least, then
-    until no idle token of ``lock_dir`` is held, ``wait_s`` at most), and yield ``(held,
-    waited_s)``: the tokens still held (idle workers of other runs on this machine, which this
-    run cannot ask) and the seconds waited. The job's own task's worker leaves too: its step
-    starts a fresh one. The request ends with the block (or with this process: a file left
-    behind names a process that is gone, and asks nothing)."""
+    """For a job that takes its run's every GPU slot: ask the run's idle task workers (of ``home``) to
+    leave and wait (``settle_s`` at least, then until no idle token of ``lock_dir`` is held,
+    ``wait_s`` at most); yields ``(tokens still held, seconds waited)``. The request ends with the
+    block or this process.
+    """
     settle_s = ALONE_SETTLE_S if settle_s is None else settle_s
     wait_s = ALONE_WAIT_S if wait_s is None else wait_s
     path = Path(home) / ALONE_FILE
@@ -287,16 +274,11 @@ def run_in_task_worker(
     idle_s: float = IDLE_S,
     max_idle: int = AUTO,
 ) -> dict:
-    """Run one step in its task's worker and return its result dict (see the module's doc).
-
-    ``home``: the folder of the step locks and the workers' own logs (``results/<device>/tmp/
-    task-workers``). The result's ``provenance.task_worker`` says which worker served it, as
-    which step, after which others; ``retired_after`` when the worker ended after it.
-
-    A job that is a cluster allocation of its own (:func:`l1bench.lifeline.own_allocation`: the
-    SLURM executor's jobs) has a worker of its own that serves its one step and ends before the
-    job does: nothing of it is left for the cluster to lose track of, or for another
-    allocation's job to reach."""
+    """Run one step in its task's worker and return its result dict (see the module's doc). ``home``:
+    the folder of the step locks and the workers' logs. A job that is a cluster allocation of its
+    own (:func:`l1bench.lifeline.own_allocation`) has a worker that serves its one step and ends
+    before the job does.
+    """
     home = Path(home)
     job = absolute_paths(job)
     allocation = lifeline.own_allocation()

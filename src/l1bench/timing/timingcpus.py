@@ -32,14 +32,9 @@ _TIMING_PLAN: list[int] = []
 
 
 def core_plan(cpus, n_devices: int, min_cpus: int = 4, siblings=None) -> tuple[list[int], set[int]]:
-    """(timing CPU of each device's lock, CPUs for everything else).
-
-    One CPU per device is reserved, counted from the highest: device 0 gets the last CPU,
-    device 1 the one before, and so on. Where a CPU shares its core with others (SMT siblings,
-    ``siblings(cpu)``, default: the kernel's topology), a timing CPU's siblings are left idle
-    too: work on a sibling slows the thread that launches the timed kernels. With fewer than
-    ``min_cpus`` CPUs, or fewer than two CPUs per device left for the rest, nothing is
-    reserved: ([], cpus).
+    """(timing CPU of each device's lock, CPUs for everything else): one CPU per device from the highest
+    down, their SMT siblings left idle where there are enough cores; nothing reserved, ([], cpus),
+    with fewer than ``min_cpus`` CPUs or fewer than two per device.
     """
     ordered = sorted(cpus)
     if n_devices < 1 or len(ordered) < max(min_cpus, 2 * n_devices):
@@ -146,16 +141,10 @@ def _parse_cpu_list(text: str) -> set[int]:
 
 
 def keep_workflow_off_timing_cpus(n_devices: int) -> list[int]:
-    """In the workflow's own process: reserve one timing CPU per device and move this process
-    (and so everything it will start) onto the other CPUs; returns the timing CPUs ([] when
-    the machine is too small or has no devices; then nothing changes).
-
-    Only the lock holder's timing thread is moved onto its device's timing CPU later, so no
-    job's start-up (interpreter, imports), no Snakemake bookkeeping and no compiler can be
-    scheduled there while a job times its calls. Workers alone keeping off it (their own
-    :func:`reserve_timing_cpus`) left these processes free to land on it: on the H200 run
-    timed 0.03 ms calls were then and then stretched to 4 or 8 ms, most often when the other
-    CPUs were saturated.
+    """In the workflow's own process: reserve one timing CPU per device and move this process (and so
+    everything it starts) onto the other CPUs; returns the timing CPUs ([] on a machine too small,
+    or without devices). No job's start-up, Snakemake bookkeeping or compiler then runs where a lock
+    holder times its calls (on the H200, timed 0.03 ms calls were otherwise stretched to 4 or 8 ms).
     """
     if not hasattr(os, "sched_setaffinity"):
         return []

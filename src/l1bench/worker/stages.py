@@ -161,14 +161,9 @@ def baseline_source(mode: str, snippets: dict) -> str | None:
 
 
 def do_time(job: dict, meta: dict, snippets: dict) -> dict:
-    """Time the custom model against one baseline mode (paper or strict protocol).
-
-    CPU work stays outside the device lock: interpreter start, loading extensions,
-    constructing the reference/baseline models (weight initialisation of large models takes
-    seconds) and torch.compile code generation. The lock is held per outer trial around
-    moving the models to the device, constructing ModelNew (its __init__ may run GPU code),
-    the warm-up calls and the timed pairs. What is shared ends here; the timed sections are the
-    protocol's (:func:`l1bench.timing.protocols.protocol_for` of ``job["protocol"]``).
+    """Time the custom model against one baseline mode: the set-up both protocols share, with CPU work
+    (loading, constructing models, torch.compile code generation) outside the device lock; the timed
+    sections are the protocol's (:func:`l1bench.timing.protocols.protocol_for`).
     """
     mode, device, p = job["mode"], job["device"], job["params"]
     refused = _time_refused(job, snippets)

@@ -1,17 +1,7 @@
-"""Patches of torch internals, installed once per process, and the state they keep.
-
-* torch.compile: the compile backend of a mode (:func:`compile_backend`: one instance per mode
-  and process in ``_BACKENDS``, counting compiled graphs in ``_COMPILED_GRAPHS``), dynamo's
-  frame compiles run with the GPU lock released (:func:`release_lock_during_dynamo_compiles`),
-  and the baseline of a compile mode (:func:`wrap_baseline`);
-* ``torch.utils.cpp_extension``: failing extension builds remembered and re-raised
-  (:func:`remember_failed_extension_builds`, ``_FAILED_BUILDS``), one process at a time per
-  extension (:func:`exclusive_extension_build`), the GPU lock released while compiling
-  (:func:`release_lock_during_extension_builds`), and the failures recorded on a result
-  (:func:`note_extension_failures`).
-
-The module-level state here is the only instance in the process: code and tests that replace it
-(``monkeypatch.setattr(torch_hooks, "_FAILED_BUILDS", {})``) must do so on this module.
+"""Patches of torch internals, installed once per process, and the state they keep: torch.compile
+backends (``_BACKENDS``, ``_COMPILED_GRAPHS``), dynamo compiles and extension builds with the GPU
+lock released, failed extension builds remembered (``_FAILED_BUILDS``) and noted on results.
+Tests that replace this state patch this module.
 """
 
 from __future__ import annotations
@@ -35,12 +25,10 @@ _COMPILED_GRAPHS = [0]
 
 
 def compile_backend(mode: str):
-    """The torch.compile backend of a compile mode: inductor exactly as ``torch.compile(mode=...)``
-    builds it, counting the graphs it compiles (recorded on the result: more than one graph per
-    model means recompilation) and letting go of the GPU lock while it generates code (where
-    :func:`release_lock_during_dynamo_compiles` could not already do so for the whole compile).
-    One instance per mode and process, so every rebuilt model of the outer trials reuses the
-    compiled code. None (use the plain ``mode=`` string) if this torch lacks the wrapper class.
+    """The torch.compile backend of a compile mode: inductor as ``torch.compile(mode=...)`` builds it,
+    counting the graphs it compiles and letting go of the GPU lock while it generates code. One
+    instance per mode and process, so rebuilt models reuse the compiled code; None where this torch
+    lacks the wrapper class.
     """
     if mode not in _BACKENDS:
         import torch
@@ -63,16 +51,10 @@ def compile_backend(mode: str):
 
 
 def release_lock_during_dynamo_compiles() -> bool:
-    """Hand the GPU lock back while torch.compile traces and compiles a frame (CPU work).
-
-    Every call of a compiled model runs inside a GPU section, so every kernel it launches (its
-    graphs, and eager code between graphs where the model breaks the graph) holds the lock.
-    The first call of each outer trial's rebuilt model recompiles (dynamo guards on the module
-    instance): its tracing and code generation (seconds of CPU) run with the lock released,
-    after the device has been synchronised (:meth:`gpulock.DeviceLock.paused`), and the lock
-    is taken back before the compiled code runs. A cache hit compiles nothing and keeps the
-    lock. False where this torch has no ``torch._dynamo.convert_frame._compile`` (then only
-    code generation lets go of the lock, in :func:`compile_backend`).
+    """Hand the GPU lock back while torch.compile traces and compiles a frame (CPU work): each outer
+    trial's rebuilt model recompiles, and its seconds of tracing run with the lock released (the
+    device synchronised first); every kernel still holds the lock. False where this torch has no
+    ``torch._dynamo.convert_frame._compile``.
     """
     try:
         from torch._dynamo import convert_frame
@@ -94,13 +76,10 @@ def release_lock_during_dynamo_compiles() -> bool:
 
 
 def prepare_compile(mode: str) -> float | None:
-    """Before the compile step's GPU section: the CPU-only part of a compile mode's first call
-    that would otherwise run with the lock held, on an empty module: the mode's backend, a
-    torch.compile wrapper (the first one imports much of dynamo) and inductor's ``compile_fx``
-    module. Nothing here touches CUDA or compiles a graph (the empty module is never called),
-    so what is timed is unchanged. Returns the seconds it took; an error here is left for the
-    real compile inside the section to raise and record. None, doing nothing, when called with
-    the GPU lock held: its point is to keep this work out of the lock."""
+    """Before the compile step's GPU section: the CPU-only part of a compile mode's first call (the
+    backend, a torch.compile wrapper, inductor's ``compile_fx``) on an empty module that is never
+    called, so nothing timed changes. Returns its seconds; None, doing nothing, with the GPU lock held.
+    """
     if gpulock.DeviceLock.current is not None:
         return None
     t0 = time.perf_counter()
@@ -187,15 +166,10 @@ def _failed_builds_dir() -> Path | None:
 
 @contextlib.contextmanager
 def exclusive_extension_build(name: str, build_directory: str | None = None):
-    """One process of this workflow at a time loads (and, where needed, builds) an extension,
-    and a build lock left by a killed process is cleared.
-
-    torch's own build lock (``FileBaton``: a ``lock`` file in the build folder) outlives a
-    process killed while it builds (a drained or timed-out job), and every later load of that
-    extension then waits for it forever: measured, a task's time jobs waited 140–260 s until
-    the run's budget killed them. Here every load first takes an ``flock`` on a file beside the
-    build folder, which the kernel releases when its holder dies; whoever holds it knows that a
-    ``lock`` file it finds is stale and removes it. The GPU lock is handed back while waiting.
+    """One process at a time loads (and builds) an extension, and a build lock left by a killed process
+    is cleared: torch's own ``lock`` file outlives a killed builder and every later load waits for it
+    forever. Every load first takes an ``flock`` beside the build folder (released when its holder
+    dies); its holder removes a ``lock`` file it finds. The GPU lock is handed back while waiting.
     """
     import fcntl
 
@@ -224,14 +198,10 @@ def exclusive_extension_build(name: str, build_directory: str | None = None):
 
 
 def remember_failed_extension_builds() -> None:
-    """Make a repeated ``load_inline``/``load`` call that failed before fail again at once.
-
-    Some snippets build their extension lazily, in ``forward`` or ``__init__``, or under a
-    per-process name, and fall back to PyTorch when the build fails; every new instance or
-    process then retries the same failing build (10–60 s of compiler time each). The same
-    sources and flags fail the same way, so the first failure is re-raised instead: within the
-    process for any failure, and across the task's processes (a file in its extension folder,
-    ``failed-builds/``) for compiler errors. Successful builds are cached by torch itself.
+    """Make a repeated ``load_inline``/``load`` call that failed before fail again at once (snippets
+    that build lazily and fall back to PyTorch would retry the same failing build in every instance
+    or process): within the process for any failure, across the task's processes (``failed-builds/``
+    in its extension folder) for compiler errors.
     """
     from torch.utils import cpp_extension
 
@@ -272,12 +242,9 @@ _EXTENSION_BUILD_STEPS = ("_write_ninja_file_and_build_library", "_write_ninja_f
 
 
 def release_lock_during_extension_builds() -> None:
-    """Hand the GPU lock back while an extension is compiled (or another process compiles it).
-
-    Snippets that build in ``forward`` (or that name their extension after the process id, so
-    it is rebuilt in every process) would otherwise run nvcc inside the GPU section: measured
-    128 s of lock for one warm-up (L1_T010, reduce-overhead) while 30 jobs waited. A load
-    that finds its extension built runs none of these steps and never releases the lock.
+    """Hand the GPU lock back while an extension is compiled (or another process compiles it), so that
+    snippets that build in ``forward`` do not run nvcc inside a GPU section; a load that finds its
+    extension built keeps the lock.
     """
     from torch.utils import cpp_extension, file_baton
 
