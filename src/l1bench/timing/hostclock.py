@@ -148,15 +148,12 @@ class Ledger:
             launches[side] = walls[len(walls) // 2] if walls else None
         return {
             "calls": len(self.calls),
-            "host_known": len(known),
             "disturbed_calls": sum(self.disturbed(c[4], c[3]) for c in known),
             "disturbed_ms": round(sum(c[4].disturbed_ns for c in known if self.disturbed(c[4], c[3])) / 1e6, 3),
             "retimed_pairs": len(self.retimed),
             # each side's median launch (host part of a timed call, us) beside its median event
             # time: launch-bound calls have the two close, device-bound ones a short launch
             "launch_median_us": {side: None if ns is None else round(ns / 1000) for side, ns in launches.items()},
-            "threshold_us": self.threshold_ns // 1000,
-            "thread_wait_known": all(c[4].wait_ns is not None for c in known) if known else False,
         }
 
 

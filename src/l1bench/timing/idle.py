@@ -13,11 +13,8 @@ from pathlib import Path
 from l1bench import lifeline
 
 #: :data:`AUTO` bound: idle task workers may hold this share of their GPU's memory, at
-#: :data:`IDLE_WORKER_MIB` each. An idle worker's CUDA context and loaded modules held 714-852 MiB
-#: on an H100 (torch 2.11, CUDA 13); unbounded, 45 idle workers held ~35 GB of that 80 GB GPU at
-#: its fullest, and steps failed out of memory (2026-12-05, H100, the h100 release's eager modes).
-#: 20 %, not less: replayed on that run's steps, a bound of 19 starts 74 more workers than none,
-#: 9 starts 119 more (~0.7 s of GPU lock each).
+#: :data:`IDLE_WORKER_MIB` each (an idle worker held 714-852 MiB on an H100, torch 2.11, CUDA 13;
+#: unbounded, 45 idle workers held ~35 GB of its 80 GB and steps ran out of memory: 2026-12-05).
 IDLE_MEMORY_SHARE = 0.20
 IDLE_WORKER_MIB = 850
 #: The ``max_idle`` that asks for :func:`auto_idle_bound` (the job side's default).
@@ -26,8 +23,7 @@ AUTO = -1
 
 def auto_idle_bound(total_mib: float, share: float = IDLE_MEMORY_SHARE, per_worker_mib: float = IDLE_WORKER_MIB) -> int:
     """How many task workers may wait idle on a GPU of ``total_mib`` MiB: those whose contexts
-    fit in ``share`` of it, at least 1 (an 80 GB H100: 19; a 141 GB H200: 33, which
-    its measured runs barely reached, 29-37 idle at most; 48 GB: 10; 40 GB: 9; 24 GB: 5)."""
+    fit in ``share`` of it, at least 1 (an 80 GB H100: 19; a 141 GB H200: 33)."""
     return max(1, int(share * float(total_mib) // per_worker_mib))
 
 

@@ -21,7 +21,6 @@ Like the detectors, this executes untrusted code: run it in a worker child.
 
 from __future__ import annotations
 
-import contextlib
 import math
 import random
 import statistics
@@ -108,11 +107,10 @@ def _ratio(a: float, b: float) -> float:
 # --------------------------------------------------------------------------- strict timing
 
 
-def time_strict(ref_model, custom_model, make_inputs, device, cfg=None, gpu_section=None, global_state=None) -> dict:
+def time_strict(ref_model, custom_model, make_inputs, device, cfg=None, global_state=None) -> dict:
     """Time ``ref_model`` against ``custom_model`` under the strict protocol (module docstring).
 
-    ``make_inputs()`` returns a new input list on ``device`` at each call; ``gpu_section``, if
-    given, a context-manager factory wrapped around warm-up and the timed loop; ``global_state``
+    ``make_inputs()`` returns a new input list on ``device`` at each call; ``global_state``
     the snapshot restored before every reference call and on return (default: one taken on entry;
     pass one taken before constructing the custom model). ``cfg`` keys: :data:`DEFAULTS`.
 
@@ -128,9 +126,8 @@ def time_strict(ref_model, custom_model, make_inputs, device, cfg=None, gpu_sect
     state = global_state if global_state is not None else detectors.snapshot_global_state()
     pool_bytes = c["pool_bytes"] if c["pool_bytes"] is not None else default_pool_bytes(dev)
     run = _StrictRun(ref_model, custom_model, state, c, dev, InputPool(make_inputs, pool_bytes, c["pool_chunk"]))
-    section = gpu_section() if gpu_section is not None else contextlib.nullcontext()
     try:
-        with torch.no_grad(), section:
+        with torch.no_grad():
             run.warm_up(int(c["warmup"]))
             rse, stop = run.repetitions()
     finally:
@@ -222,10 +219,9 @@ MEMORY_SHORT = "GPU memory short"
 
 
 def measured_nothing(st: dict) -> str | None:
-    """Why a :func:`time_strict` result timed no pair, None when it timed one: its input pool
-    gave out before the timed loop began, as on a GPU crowded by other processes (when the cap
-    was a share of the free memory) (2026-12-05, H100: 4 strict results of one run were ``ok``
-    with no score). Not a measurement: the step fails and is retried."""
+    """Why a :func:`time_strict` result timed no pair (its input pool gave out before the timed loop,
+    as on a crowded GPU), None when it timed one. Not a measurement: the step fails and is retried.
+    """
     if st.get("n"):
         return None
     cap = st.get("pool_bytes")
@@ -274,7 +270,7 @@ def sync_mismatch_flag(sync_med_ms: float, event_med_ms: float, factor: float = 
 # --------------------------------------------------------------------------- L2 sensitivity
 
 
-def cache_sensitivity(ref_model, custom_model, make_inputs, device, cfg=None, gpu_section=None, global_state=None):
+def cache_sensitivity(ref_model, custom_model, make_inputs, device, cfg=None, global_state=None):
     """Does the custom speedup depend on data left in L2 between calls? (CUDA only; on CPU
     ``{"skipped": ..., "flags": []}``.) Runs :func:`time_strict` with and without the L2 flush and
     flags L2_RESIDENT when ``speedup_no_flush / speedup_flush > cfg["l2_factor"]`` (event-based
@@ -287,7 +283,7 @@ def cache_sensitivity(ref_model, custom_model, make_inputs, device, cfg=None, gp
     runs = {}
     for flush in (True, False):
         cf = dict(c, flush_l2=flush)
-        runs[flush] = time_strict(ref_model, custom_model, make_inputs, dev, cf, gpu_section, global_state)
+        runs[flush] = time_strict(ref_model, custom_model, make_inputs, dev, cf, global_state)
     key = "speedup_event_median" if "speedup_event_median" in runs[True] else "speedup_median"
     s_flush, s_warm = runs[True][key], runs[False][key]
     ratio = _ratio(s_warm, s_flush)

@@ -13,17 +13,13 @@ import contextlib
 import os
 from pathlib import Path
 
-#: Environment variable naming the CPU reserved for the lock holder's thread ("" or unset: none).
-#: Workers run everything else on the other CPUs (:func:`reserve_timing_cpus`), so CPU-heavy
-#: work of other jobs (model construction, torch.compile, builds) never preempts the thread
-#: that launches the timed kernels: on a loaded machine the launch overhead of small kernels
-#: is then the same as on an idle one.
+#: Environment variable naming the CPU reserved for the lock holder's thread ("" or unset: none):
+#: no other job's CPU work (model construction, torch.compile, builds) preempts the thread that
+#: launches the timed kernels.
 TIMING_CPU_ENV = "L1BENCH_TIMING_CPU"
 
-#: Environment variable listing the timing CPUs the *workflow* reserved (comma-separated, one
-#: per device): set by :func:`keep_workflow_off_timing_cpus` in the Snakemake process, which
-#: then runs on the other CPUs, and so does every process it starts (job scripts, workers,
-#: compilers). Workers take their plan from it instead of computing one from their own mask.
+#: Environment variable listing the timing CPUs the workflow reserved (one per device,
+#: :func:`keep_workflow_off_timing_cpus`); workers take their plan from it.
 RESERVED_ENV = "L1BENCH_TIMING_CPUS"
 
 

@@ -108,12 +108,6 @@ def run(job: dict) -> dict:
         "finished": provenance.now_iso(),
         "wall_s": round(time.time() - t0, 3),
         "timing_cpu": os.environ.get(timingcpus.TIMING_CPU_ENV) or None,
-        # "workflow": every process of the run kept off the timing CPUs; "worker": only workers
-        "timing_cpu_reserved_by": (
-            ("workflow" if os.environ.get(timingcpus.RESERVED_ENV) else "worker")
-            if os.environ.get(timingcpus.TIMING_CPU_ENV)
-            else None
-        ),
     }
     return res
 
