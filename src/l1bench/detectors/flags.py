@@ -1,4 +1,4 @@
-"""Flag vocabulary of the detectors: the flag record, its names, the cfg defaults.
+"""The detectors' flag record, its names and the cfg defaults.
 
 The names themselves are the members of :class:`l1bench.results.Flag` (defined there, with
 what each means).
@@ -13,29 +13,6 @@ from ..results import Flag
 EVENT_SYNC_MISMATCH = Flag.EVENT_SYNC_MISMATCH
 L2_RESIDENT = Flag.L2_RESIDENT
 TIMED_OUTPUT_MISMATCH = Flag.TIMED_OUTPUT_MISMATCH
-
-ALL_FLAGS = (
-    Flag.LAZY,
-    Flag.ALIAS_INPUT,
-    Flag.SAME_STORAGE,
-    Flag.INPUT_MUTATION,
-    Flag.CACHED_OUTPUT,
-    Flag.OUTPUT_MISMATCH,
-    Flag.BACKGROUND_WORK,
-    Flag.GLOBAL_STATE,
-    Flag.PRECISION_DOWNGRADE,
-    Flag.DTYPE_CHANGED,
-    Flag.DEGENERATE_TASK,
-    Flag.SPEEDUP_CEILING,
-    Flag.DETECTOR_ERROR,
-    Flag.EVENT_SYNC_MISMATCH,
-    Flag.L2_RESIDENT,
-    Flag.TIMED_OUTPUT_MISMATCH,
-    Flag.EXTENSION_BUILD_FAILED,
-    Flag.SELF_TIMED,
-    Flag.RUN_SPREAD,
-    Flag.HOST_BOUND,
-)
 
 #: Defaults of the ``cfg`` keys read by :func:`run_detectors`.
 DEFAULTS = {
