@@ -13,7 +13,7 @@ import torch.nn as nn
 
 from l1bench import snippet
 from l1bench.detectors.checks import ceiling_flag, check_degenerate, check_precision
-from l1bench.detectors.flags import ALL_FLAGS, flag_names
+from l1bench.detectors.flags import flag_names
 from l1bench.detectors.global_state import (
     check_global_state,
     diff_global_state,
@@ -49,7 +49,7 @@ def _names(result):
 def test_case_index_is_consistent():
     names = [c.name for c in cases.CASES]
     assert len(names) == len(set(names))
-    assert {c.expected_flag for c in cases.CASES} - {None} <= set(ALL_FLAGS)
+    assert {c.expected_flag for c in cases.CASES} - {None} <= set(Flag)
     assert {"honest_matmul", "honest_elementwise", "honest_conv"} <= set(names)
     assert all(c.needs_cuda for c in cases.CASES if c.name.startswith(("side_stream", "stale_graph", "l2_")))
 
