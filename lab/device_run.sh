@@ -65,10 +65,7 @@ if [[ $mem_mib =~ ^[0-9]+$ ]] && [ $((mem_mib / 10240)) -lt "$compile_jobs" ]; t
     compile_jobs=$((mem_mib / 10240))
 fi
 [ "$compile_jobs" -ge 1 ] || compile_jobs=1
-# Code-generation threads per compile-mode job (inductor's TORCHINDUCTOR_COMPILE_THREADS, through
-# l1bench.runner.compile_threads): 1 unless COMPILE_THREADS says more.
-export L1BENCH_COMPILE_THREADS=${COMPILE_THREADS:-${L1BENCH_COMPILE_THREADS:-1}}
-echo "compile-mode jobs at once: ${COMPILE_JOBS:-$compile_jobs} (GPU memory ${mem_mib:-unknown} MiB, $ncpu CPUs), code-generation threads each: $L1BENCH_COMPILE_THREADS"
+echo "compile-mode jobs at once: ${COMPILE_JOBS:-$compile_jobs} (GPU memory ${mem_mib:-unknown} MiB, $ncpu CPUs)"
 touch .devstate/started  # the watchdog counts the results written after this
 timeout -s INT -k 30 "$budget" python3 -m snakemake --cores "${JOB_SLOTS:-$((2 * ncpu))}" \
     --resources gpu="${GPU_JOBS:-$((2 * ncpu))}" builds="${BUILD_JOBS:-6}" \

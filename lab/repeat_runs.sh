@@ -15,7 +15,7 @@
 # runs one GPU job at a time (GPU_JOBS=1: the one-at-a-time reference run). results_dir= is
 # appended to the arguments' --config (added where they have none), so they must not end in an
 # option that takes values of its own after --config. Environment: as device_run.sh (DRAIN_S,
-# L1BENCH_ISOLATE_SYSTEM, ...), plus WHEELHOUSE (default .whl), and FIRST_TREE: the first run's
+# GPU_JOBS, ...), plus WHEELHOUSE (default .whl), and FIRST_TREE: the first run's
 # tree from an earlier run of this script (e.g. results/spread-c1/h100, its results.tgz extracted into the working
 # tree, its build/ext still on this machine): then every run named here reuses its builds and is
 # compared with it (a later one-job-at-a-time run, when one bounded run cannot hold all three).

@@ -374,7 +374,7 @@ def test_a_build_that_compiles_takes_a_builds_slot_instead_of_a_core():
 
 def test_level_3_checks_and_compile_jobs_go_first():
     """A level-3 task's check outranks every time job, and its compile-mode jobs every other
-    job but builds: their code generation is the run's longest (session ten's tail)."""
+    job but builds: their code generation is the run's longest (the slice's tail)."""
     l3, l2 = "L3_T015", "L2_T012"
     others = [plan.time_priority(p, m, t) for p in ("paper", "strict") for m in ALL_MODES for t in (l2, l3)]
     compile_l3 = [plan.time_priority("paper", m, l3) for m in ALL_MODES if m.startswith("torch_compile")]

@@ -148,8 +148,8 @@ def build_slots(tid: str, compiling: set[str] | None) -> int:
     """The ``builds`` resource a build job takes: 1 when it compiles an extension (or the
     release is not parsed yet), 0 when it starts no worker at all. The profile's ``builds``
     slots cap the compilers running at once; a build that compiles nothing (172 of the h100
-    release's 250 tasks) must not queue behind them: in session ten's slice such builds waited
-    up to 100 s for a slot held by nvcc, and their checks with them."""
+    release's 250 tasks) must not queue behind them: in the 41-task slice (2026-12-04, H200) such
+    builds waited up to 100 s for a slot held by nvcc, and their checks with them."""
     return 1 if compiling is None or tid in compiling else 0
 
 
@@ -390,7 +390,9 @@ def job_settings(kind: str, protocol: str | None, config: Mapping) -> dict:
     (``settings``): the detectors of a check when the run uses them, the strict protocol's of a
     strict time job. Compared by l1bench.staleness: a key the run does not use is not."""
     if kind == "check":
-        return {} if config["protocol"] == "paper" else {"detectors": evaluation_params("check", None, config)["detectors"]}
+        if config["protocol"] == "paper":
+            return {}
+        return {"detectors": evaluation_params("check", None, config)["detectors"]}
     if kind == "time" and protocol == "strict":
         return {"strict": strict_params("strict", config["strict"])}
     return {}
@@ -399,12 +401,11 @@ def job_settings(kind: str, protocol: str | None, config: Mapping) -> dict:
 def check_priority(tid: str | None = None, run_modes: Iterable[str] | None = None) -> int:
     """:data:`CHECK_PRIORITY`; above every time job for a level-3 task when the run times a
     torch.compile mode (``run_modes``; None: assume it does), so that its long compile-mode jobs
-    become ready as soon as it is built rather than after the other tasks' time jobs (session
-    ten's slice: L3_T015 built by 101 s, checked at 254 s, its two compile jobs started at 453 s
-    and were the run's last). Without a compile mode there is nothing to start early, and the
-    boost only put every level-3 check before every time job: a one-job-at-a-time run of the 53
-    isolation tasks (default mode) spent its 207 s on the 13 level-3 checks and timed nothing
-    (session sixteen)."""
+    become ready as soon as it is built rather than after the other tasks' time jobs (41-task
+    slice, 2026-12-04, H200: L3_T015 built by 101 s, checked at 254 s, its two compile jobs
+    started at 453 s and were the run's last). Without a compile mode there is nothing to start
+    early, and the boost only put every level-3 check before every time job (a one-job-at-a-time
+    run of 53 tasks in default mode spent its 207 s on the 13 level-3 checks, 2026-12-05, H100)."""
     compiles = run_modes is None or any(m.startswith("torch_compile") for m in run_modes)
     return 13 if compiles and _long_compile(tid) else CHECK_PRIORITY
 
@@ -433,7 +434,7 @@ def evaluation_threads(is_demo: bool) -> int:
     On a GPU these jobs mostly wait for the GPU lock; how many are in flight is the ``gpu``
     resource (profile: 8; ``lab/device_run.sh``: twice the CPUs), and ``--cores`` sizes the
     CPU work, the builds. Taking a core each, the main command ``snakemake --cores 1 --config
-    device=h100`` ran them one at a time: the 3.7× slower way of issue #13, whatever ``gpu``
+    device=h100`` ran them one at a time, 3.7× slower, whatever ``gpu``
     said. The demo's jobs compute on the CPU, so there they take a core each."""
     return 1 if is_demo else 0
 
@@ -449,8 +450,8 @@ def gpu_slots(attempts: Sequence[Mapping], total) -> int:
     Snakemake's ``gpu`` resource; None or 1: no other GPU job to keep out) once an attempt ran
     out of GPU memory while other jobs shared the GPU (:func:`l1bench.attempts.ran_out_sharing`):
     its retry then runs with no other GPU job in flight, so that only the task's own need
-    decides it (session twenty: on an 80 GB H100, 22 results were lost to out-of-memory
-    failures of a crowded GPU)."""
+    decides it (2026-12-05, 80 GB H100: 22 results were lost to out-of-memory failures of a
+    crowded GPU)."""
     from l1bench.attempts import ran_out_sharing
 
     total = resource_value(total)
