@@ -365,6 +365,14 @@ def test_a_step_that_leaves_a_thread_running_retires_the_worker(tasks, tmp_path)
     assert wait_for(lambda: gone(res["provenance"]["task_worker"]["pid"]), 10)
 
 
+def test_a_step_that_changes_the_environment_retires_the_worker(tasks, tmp_path):
+    setenv = "import os\nos.environ['CUDA_MODULE_LOADING'] = 'EAGER'"
+    d = variant(tasks, tmp_path, "L1_T001", setenv)
+    res = served(tmp_path, job(tasks, tmp_path, "L1_T901", task_dir=d))
+    assert "the step changed the environment: CUDA_MODULE_LOADING" in res["provenance"]["task_worker"]["retired_after"]
+    assert wait_for(lambda: gone(res["provenance"]["task_worker"]["pid"]), 10)
+
+
 def test_a_worker_serves_one_task_only(tasks, tmp_path):
     worker = taskstate.TaskWorker()
     worker.prepare({"tid": "L1_T001"})

@@ -110,6 +110,11 @@ def process_modes() -> dict:
     return modes
 
 
+def environment() -> dict:
+    """The process's environment, less the workflow's own per-step variables (``L1BENCH_*``)."""
+    return {k: v for k, v in os.environ.items() if not k.startswith("L1BENCH_")}
+
+
 def step_label(job: dict) -> str:
     """``check``, or ``time <protocol>/<mode>``."""
     if job.get("kind") == "time":
@@ -131,6 +136,7 @@ class TaskWorker:
         self.gpu_id: str | None = None
         self.settings = detectors.snapshot_global_state()
         self.modes = process_modes()
+        self.environ = environment()
         self.namespaces = bindings(watched_namespaces())
         self.threads = set(threading.enumerate())
 
@@ -189,12 +195,18 @@ class TaskWorker:
         modes = process_modes()
         left = [t.name for t in _foreign_threads(self.threads)]
         still = detectors.diff_global_state(self.settings, detectors.snapshot_global_state())
+        env = environment()
+        changed_env = sorted(k for k in env.keys() | self.environ.keys() if env.get(k) != self.environ.get(k))
         if patched:
             why = f"the step replaced {len(patched)} of torch's bindings: {', '.join(patched[:4])}"
         elif modes != self.modes:
             why = "the step changed " + ", ".join(k for k in modes if modes[k] != self.modes.get(k))
         elif left:
             why = f"threads the step started still run: {', '.join(sorted(left)[:4])}"
+        elif changed_env:
+            # e.g. TORCH_CUDA_ARCH_LIST or CUDA_MODULE_LOADING set by custom code (a100/l40 L1_T035,
+            # h100 L2_T049): a later step of a fresh process would not see them
+            why = f"the step changed the environment: {', '.join(changed_env[:4])}"
         elif still:
             why = f"settings could not be put back: {', '.join(still[:4])}"
         elif len(self.steps) >= self.max_steps:
