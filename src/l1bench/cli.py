@@ -10,7 +10,7 @@ from __future__ import annotations
 import importlib
 import sys
 
-#: subcommand (= module of l1bench) -> what it is for (docs/tools.md)
+#: subcommand (= module of l1bench) -> what it is for (docs/architecture.md)
 TOOLS = {
     "extensions": "the table of custom extensions that do not build (extension_failures.md)",
     "failed": "the results that broke (terminal crashed/timeout); --remove: the next run retries them",
