@@ -110,9 +110,16 @@ def process_modes() -> dict:
     return modes
 
 
+#: Variables the worker itself sets for a step (l1bench.worker.entry, timing.sections.claim_gpu).
+OWN_ENV = ("TORCH_EXTENSIONS_DIR", "CUDA_VISIBLE_DEVICES")
+#: Prefixes of variables torch sets itself when a snippet imports its compiler (importing
+#: torch._dynamo sets TORCHINDUCTOR_CACHE_DIR), and of the workflow's own.
+OWN_PREFIXES = ("L1BENCH_", "TORCHINDUCTOR_", "TRITON_")
+
+
 def environment() -> dict:
-    """The process's environment, less the workflow's own per-step variables (``L1BENCH_*``)."""
-    return {k: v for k, v in os.environ.items() if not k.startswith("L1BENCH_")}
+    """The process's environment, less what the worker and torch set themselves."""
+    return {k: v for k, v in os.environ.items() if not k.startswith(OWN_PREFIXES) and k not in OWN_ENV}
 
 
 def step_label(job: dict) -> str:
