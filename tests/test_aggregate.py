@@ -793,7 +793,8 @@ def test_tables_count_scores_by_timing_version_current_or_earlier():
     assert timing_version_counts(df, current.get) == {(7, True): 2, (4, True): 1, (4, False): 2}
     lines = timing_version_lines(df, current.get)
     assert lines[0] == (
-        "Scores by timing version (`timing_design` in scores.csv): 7 (current): 2; 4 (current): 1; 4 (earlier): 2."
+        "Scores by timing version (`timing_design` in scores.csv): 2 of version 7 (current); 1 of version 4 (current); "
+        "2 of version 4 (earlier: its mode is timed otherwise now)."
     )
     assert lines[2] == (
         "A score is current where the workflow times its mode today as its version did (version 7 or later for "
@@ -801,7 +802,8 @@ def test_tables_count_scores_by_timing_version_current_or_earlier():
         "score stays until it is measured again."
     )
     renewed = df.assign(timing_design=[7, 7, 7, 4, 4, None])
-    assert timing_version_lines(renewed, current.get)[0].endswith(": 7 (current): 3; 4 (current): 2.")
+    first = timing_version_lines(renewed, current.get)[0]
+    assert first.endswith(": 3 of version 7 (current); 2 of version 4 (current).")
     assert timing_version_lines(renewed, current.get)[2].endswith("; every score is current.")
     assert "design" not in " ".join(timing_version_lines(df, current.get)).replace("`timing_design`", "")
     # version 1 (no isolation) is explained where a score carries it

@@ -157,7 +157,10 @@ def timing_version_lines(df, current_of=current_timing_version) -> list[str]:
     counts = timing_version_counts(df, current_of)
     if not counts:
         return []
-    parts = "; ".join(f"{v} ({'current' if cur else 'earlier'}): {n}" for (v, cur), n in counts.items())
+    parts = "; ".join(
+        f"{n} of version {v} ({'current' if cur else 'earlier: its mode is timed otherwise now'})"
+        for (v, cur), n in counts.items()
+    )
     by_version: dict[int, list[str]] = {}
     for mode in _modes(df):
         by_version.setdefault(current_of(mode), []).append(_mode_label(mode))
