@@ -67,6 +67,36 @@ def _times_formatter():
     return FuncFormatter(lambda v, _pos: f"{v:g}×")
 
 
+def _scatter_limits(df) -> tuple[float, float]:
+    """The scatter's axis limits: every compared score, and at least 0.5-2×, with a margin."""
+    vals = np.array([])
+    if len(df):
+        pub_all = df["published"].astype(float)
+        meas_all = df["measured"].astype(float)
+        both = np.isfinite(pub_all) & np.isfinite(meas_all)
+        vals = np.concatenate([pub_all[both], meas_all[both]])
+        vals = vals[vals > 0]
+    lo = min(float(vals.min()) if len(vals) else 0.5, 0.5) / 1.5
+    hi = max(float(vals.max()) if len(vals) else 2.0, 2.0) * 1.5
+    return lo, hi
+
+
+def _scatter_panel(ax, sel, floor: float) -> tuple[int, int]:
+    """One panel's points by level, and its failed tasks as crosses at ``floor``: (compared, failed)."""
+    pub = sel["published"].astype(float)
+    meas = sel["measured"].astype(float)
+    ok = np.isfinite(pub) & np.isfinite(meas)
+    for lv, color in _LEVEL_COLORS.items():
+        m = ok & (sel["level"] == lv).fillna(False).to_numpy(dtype=bool)
+        if m.any():
+            ax.scatter(pub[m], meas[m], s=13, alpha=0.65, color=color, edgecolors="none", zorder=3)
+    failed = np.isfinite(pub) & ~np.isfinite(meas) & sel["status"].map(status_class).eq("failed")
+    n_fail = int(failed.sum())
+    if n_fail:
+        ax.scatter(pub[failed], np.full(n_fail, floor), marker="x", s=20, color="#d62728", lw=1, zorder=4)
+    return int(ok.sum()), n_fail
+
+
 def plot_measured_vs_published(df, path) -> Path:
     """Log-log scatter of measured vs published speedup; one panel per protocol x mode.
 
@@ -78,21 +108,7 @@ def plot_measured_vs_published(df, path) -> Path:
     from matplotlib.ticker import LogLocator
 
     fig, panels = _layout(plt, df, 3.5, 3.6, 0.5)
-    if len(df):
-        pub_all = df["published"].astype(float)
-        meas_all = df["measured"].astype(float)
-        vals = np.concatenate(
-            [
-                pub_all[np.isfinite(pub_all) & np.isfinite(meas_all)],
-                meas_all[np.isfinite(pub_all) & np.isfinite(meas_all)],
-            ]
-        )
-        vals = vals[vals > 0]
-    else:
-        vals = np.array([])
-    lo = min(float(vals.min()) if len(vals) else 0.5, 0.5) / 1.5
-    hi = max(float(vals.max()) if len(vals) else 2.0, 2.0) * 1.5
-    floor = lo * 1.3  # where failed tasks are drawn
+    lo, hi = _scatter_limits(df)
     xs = np.array([lo, hi])
     for ax, proto, mode, bottom, left in panels:
         sel = df[(df["protocol"] == proto) & (df["mode"] == mode)] if len(df) else df
@@ -103,22 +119,7 @@ def plot_measured_vs_published(df, path) -> Path:
         ax.plot(xs, xs, color="0.2", lw=1, zorder=2)
         ax.plot(xs, xs * 2, color="0.55", lw=0.8, ls=":", zorder=2)
         ax.plot(xs, xs / 2, color="0.55", lw=0.8, ls=":", zorder=2)
-        n_ok = n_fail = 0
-        if len(sel):
-            pub = sel["published"].astype(float)
-            meas = sel["measured"].astype(float)
-            ok = np.isfinite(pub) & np.isfinite(meas)
-            n_ok = int(ok.sum())
-            for lv, color in _LEVEL_COLORS.items():
-                m = ok & (sel["level"] == lv).fillna(False).to_numpy(dtype=bool)
-                if m.any():
-                    ax.scatter(pub[m], meas[m], s=13, alpha=0.65, color=color, edgecolors="none", zorder=3)
-            failed = np.isfinite(pub) & ~np.isfinite(meas) & sel["status"].map(status_class).eq("failed")
-            n_fail = int(failed.sum())
-            if n_fail:
-                ax.scatter(
-                    pub[failed], np.full(n_fail, floor), marker="x", s=20, color="#d62728", lw=1, zorder=4
-                )
+        n_ok, n_fail = _scatter_panel(ax, sel, floor=lo * 1.3) if len(sel) else (0, 0)
         if not n_ok and not n_fail:
             ax.text(0.5, 0.5, "no data", transform=ax.transAxes, ha="center", va="center", color="0.5")
         ax.set_title(f"{_mode_label(mode)} · {proto}\n{n_ok} compared, {n_fail} failed", fontsize=10)

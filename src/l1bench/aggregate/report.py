@@ -121,6 +121,90 @@ def render_findings(df) -> list[str]:
     return lines
 
 
+_ENV_LABELS = {
+    "device": "Release device",
+    "gpu": "GPU",
+    "driver": "Driver",
+    "cuda": "CUDA",
+    "torch": "PyTorch",
+    "python": "Python",
+    "first_started": "First run started",
+    "last_finished": "Last run finished",
+}
+
+
+def _environment_lines(prov: dict, generated: str) -> list[str]:
+    """The report's environment table: the known provenance keys, then the others."""
+    rows = [[_ENV_LABELS[k], md_escape(prov.get(k)) or NA] for k in _ENV_LABELS]
+    rows += [[md_escape(k), md_escape(v)] for k, v in prov.items() if k not in _ENV_LABELS]
+    rows.append(["Report generated", generated])
+    return [md_table(rows, ["", ""]), ""]
+
+
+def _mean_speedup_rows(df) -> list[list]:
+    """Per protocol and mode: mean and geometric mean speedup, published and measured."""
+    rows = []
+    for proto in _protocols(df):
+        for mode in _modes(df):
+            if df[(df["protocol"] == proto) & (df["mode"] == mode)].empty:
+                continue
+            pub = summary_table(df, mode, proto, published=True, levels=[])
+            meas = summary_table(df, mode, proto, published=False, levels=[])
+            conv = "no score = 1.0" if MISSING_AS_ONE.get(mode, False) else "scored only"
+            rows.append(
+                [
+                    proto,
+                    _mode_label(mode),
+                    fmt(pub.at["Mean", "All"]),
+                    fmt(meas.at["Mean", "All"]),
+                    fmt(pub.at["GeoMean", "All"]),
+                    fmt(meas.at["GeoMean", "All"]),
+                    conv,
+                ]
+            )
+    return rows
+
+
+def _outcome_lines(df) -> list[str]:
+    """The report's outcome: counts by status, then the mean speedups."""
+    if not len(df):
+        return ["## Outcome", "", "No results.", ""]
+    counts = status_counts(df)
+    tot = counts[["measured", "failed", "not_run", "missing", "total"]].sum()
+    headers = ["Protocol", "Mode", "Mean published", "Mean measured", "GeoMean published", "GeoMean measured"]
+    return [
+        "## Outcome",
+        "",
+        f"Over all protocol × mode combinations: **{tot['measured']} measured**, "
+        f"**{tot['failed']} failed**, {tot['not_run']} not run (e.g. no released code), "
+        f"**{tot['missing']} missing** of {tot['total']}.",
+        "",
+        _status_table(df),
+        "",
+        "Mean speedup over all tasks (published → measured):",
+        "",
+        md_table(
+            _mean_speedup_rows(df),
+            [*headers, "Convention"],
+            ["left", "left", "right", "right", "right", "right", "left"],
+        ),
+        "",
+    ]
+
+
+def _files_lines(figures: list, tables: dict) -> list[str]:
+    """Links to the tables, then the figures with their captions."""
+    lines = ["## Files", ""]
+    lines += [f"- [{text}]({rel})" for text, rel in (tables or {}).items()]
+    lines.append("")
+    if figures:
+        lines += ["## Figures", ""]
+        for fig in figures:
+            rel, caption = fig if isinstance(fig, (tuple, list)) else (fig, Path(fig).stem.replace("_", " "))
+            lines += [f"**{caption}**", "", f"![{caption}]({rel})", ""]
+    return lines
+
+
 def render_report(df, provenance: dict, figures: list, tables: dict) -> str:
     """``results/{device}/README.md``.
 
@@ -133,11 +217,12 @@ def render_report(df, provenance: dict, figures: list, tables: dict) -> str:
     device = prov.get("device") or (_most_common(df["device"]) if len(df) else None) or "unknown device"
     generated = prov.pop("generated", None) or datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     transfer = prov.pop("transfer", None)  # where published and where measured, when they differ
-    lines = [f"# CUDA-L1 re-measurement: {device}", ""]
     n_tasks = df["tid"].nunique() if len(df) else 0
     modes = ", ".join(_mode_label(m) for m in _modes(df)) if len(df) else "none"
     protocols = ", ".join(_protocols(df)) if len(df) else "none"
-    lines += [
+    lines = [
+        f"# CUDA-L1 re-measurement: {device}",
+        "",
         f"The CUDA-L1 kernels released for **{device}** were re-timed against their KernelBench "
         f"reference programs: {n_tasks} tasks, modes {modes}, timing protocol(s) {protocols}. "
         "Each measured speedup (reference time / CUDA-L1 time) is compared with the published one.",
@@ -146,83 +231,10 @@ def render_report(df, provenance: dict, figures: list, tables: dict) -> str:
         "## Environment",
         "",
     ]
-    labels = {
-        "device": "Release device",
-        "gpu": "GPU",
-        "driver": "Driver",
-        "cuda": "CUDA",
-        "torch": "PyTorch",
-        "python": "Python",
-        "first_started": "First run started",
-        "last_finished": "Last run finished",
-    }
-    env_rows = [[labels[k], md_escape(prov.get(k)) or NA] for k in labels]
-    env_rows += [[md_escape(k), md_escape(v)] for k, v in prov.items() if k not in labels]
-    env_rows.append(["Report generated", generated])
-    lines += [md_table(env_rows, ["", ""]), ""]
-
-    lines += ["## Outcome", ""]
-    if len(df):
-        counts = status_counts(df)
-        tot = counts[["measured", "failed", "not_run", "missing", "total"]].sum()
-        lines += [
-            f"Over all protocol × mode combinations: **{tot['measured']} measured**, "
-            f"**{tot['failed']} failed**, {tot['not_run']} not run (e.g. no released code), "
-            f"**{tot['missing']} missing** of {tot['total']}.",
-            "",
-            _status_table(df),
-            "",
-            "Mean speedup over all tasks (published → measured):",
-            "",
-        ]
-        rows = []
-        for proto in _protocols(df):
-            for mode in _modes(df):
-                if df[(df["protocol"] == proto) & (df["mode"] == mode)].empty:
-                    continue
-                pub = summary_table(df, mode, proto, published=True, levels=[])
-                meas = summary_table(df, mode, proto, published=False, levels=[])
-                conv = "no score = 1.0" if MISSING_AS_ONE.get(mode, False) else "scored only"
-                rows.append(
-                    [
-                        proto,
-                        _mode_label(mode),
-                        fmt(pub.at["Mean", "All"]),
-                        fmt(meas.at["Mean", "All"]),
-                        fmt(pub.at["GeoMean", "All"]),
-                        fmt(meas.at["GeoMean", "All"]),
-                        conv,
-                    ]
-                )
-        lines += [
-            md_table(
-                rows,
-                [
-                    "Protocol",
-                    "Mode",
-                    "Mean published",
-                    "Mean measured",
-                    "GeoMean published",
-                    "GeoMean measured",
-                    "Convention",
-                ],
-                ["left", "left", "right", "right", "right", "right", "left"],
-            ),
-            "",
-        ]
-    else:
-        lines += ["No results.", ""]
-
+    lines += _environment_lines(prov, generated)
+    lines += _outcome_lines(df)
     lines += render_findings(df)
-    lines += ["## Files", ""]
-    for text, rel in (tables or {}).items():
-        lines.append(f"- [{text}]({rel})")
-    lines.append("")
-    if figures:
-        lines += ["## Figures", ""]
-        for fig in figures:
-            rel, caption = fig if isinstance(fig, (tuple, list)) else (fig, Path(fig).stem.replace("_", " "))
-            lines += [f"**{caption}**", "", f"![{caption}]({rel})", ""]
+    lines += _files_lines(figures, tables)
     return "\n".join(lines).rstrip() + "\n"
 
 
