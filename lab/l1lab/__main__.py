@@ -3,8 +3,7 @@ with the rest of the command line. ``python -m l1lab TOOL --help`` lists a tool'
 
 from __future__ import annotations
 
-import importlib
-import sys
+from l1bench.cli import dispatch
 
 #: tool (= module of l1lab) -> what it is for
 TOOLS = {
@@ -16,27 +15,8 @@ TOOLS = {
 }
 
 
-def usage() -> str:
-    width = max(map(len, TOOLS))
-    lines = [f"  {name:<{width}}  {text}" for name, text in TOOLS.items()]
-    return "usage: python -m l1lab TOOL [ARGS...]   (TOOL --help)\n\ntools:\n" + "\n".join(lines)
-
-
 def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else list(argv)
-    if not argv or argv[0] in ("-h", "--help"):
-        print(usage(), file=sys.stdout if argv else sys.stderr)
-        return 0 if argv else 2
-    tool, rest = argv[0], argv[1:]
-    if tool not in TOOLS:
-        print(f"l1lab: unknown tool {tool!r}\n{usage()}", file=sys.stderr)
-        return 2
-    module = importlib.import_module(f"l1lab.{tool}")
-    saved, sys.argv = sys.argv, [f"l1lab {tool}", *rest]
-    try:
-        return module.main(rest) or 0
-    finally:
-        sys.argv = saved
+    return dispatch("python -m l1lab", TOOLS, lambda tool: f"l1lab.{tool}", argv)
 
 
 if __name__ == "__main__":

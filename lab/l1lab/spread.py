@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import statistics
 import sys
 from pathlib import Path
@@ -21,18 +20,11 @@ from pathlib import Path
 from l1bench.aggregate.conventions import MODE_LABELS, NA
 from l1bench.aggregate.markdown import fmt as _fmt
 from l1bench.aggregate.markdown import md_table
+from l1bench.aggregate.slices import _num
 from l1bench.io import atomic_write_text
 from l1bench.results import AGREEMENT, Status
 from l1bench.timing import hostclock, stalls
 from l1lab.stagetimes import per_1000, stall_rate
-
-
-def _num(x) -> float | None:
-    try:
-        f = float(x)
-    except (TypeError, ValueError):
-        return None
-    return f if math.isfinite(f) else None
 
 
 def probe_median_us(result: dict) -> float | None:

@@ -26,28 +26,34 @@ def module_of(tool: str) -> str:
     return MODULES.get(tool, f"l1bench.{tool}")
 
 
-def usage() -> str:
-    width = max(map(len, TOOLS))
-    lines = [f"  {name:<{width}}  {text}" for name, text in TOOLS.items()]
-    return "usage: l1bench TOOL [ARGS...]   (l1bench TOOL --help)\n\ntools:\n" + "\n".join(lines)
+def usage(prog: str = "l1bench", tools: dict | None = None) -> str:
+    tools = TOOLS if tools is None else tools
+    width = max(map(len, tools))
+    lines = [f"  {name:<{width}}  {text}" for name, text in tools.items()]
+    return f"usage: {prog} TOOL [ARGS...]   ({prog} TOOL --help)\n\ntools:\n" + "\n".join(lines)
 
 
-def main(argv: list[str] | None = None) -> int:
+def dispatch(prog: str, tools: dict, module_name, argv: list[str] | None = None) -> int:
+    """Run ``argv``'s tool (one of ``tools``, its module ``module_name(tool)``) as ``prog TOOL``."""
     argv = sys.argv[1:] if argv is None else list(argv)
     if not argv or argv[0] in ("-h", "--help"):
-        print(usage(), file=sys.stdout if argv else sys.stderr)
+        print(usage(prog, tools), file=sys.stdout if argv else sys.stderr)
         return 0 if argv else 2
     tool, rest = argv[0], argv[1:]
-    if tool not in TOOLS:
-        print(f"l1bench: unknown tool {tool!r}\n{usage()}", file=sys.stderr)
+    if tool not in tools:
+        print(f"{prog}: unknown tool {tool!r}\n{usage(prog, tools)}", file=sys.stderr)
         return 2
-    module = importlib.import_module(module_of(tool))
-    # the tool's argparse names itself after argv[0]: "l1bench TOOL" in its usage lines
-    saved, sys.argv = sys.argv, [f"l1bench {tool}", *rest]
+    module = importlib.import_module(module_name(tool))
+    # the tool's argparse names itself after argv[0]: "PROG TOOL" in its usage lines
+    saved, sys.argv = sys.argv, [f"{prog} {tool}", *rest]
     try:
         return module.main(rest) or 0
     finally:
         sys.argv = saved
+
+
+def main(argv: list[str] | None = None) -> int:
+    return dispatch("l1bench", TOOLS, module_of, argv)
 
 
 if __name__ == "__main__":
