@@ -66,7 +66,7 @@ def _timing(ref_cls, custom_cls, get_inputs, get_init_inputs, device, args) -> d
     cfg = {"seed": seed, "budget_s": args.budget, "max_reps": args.max_reps, "verify_outputs": VERIFY_OUTPUTS}
 
     def make():
-        return snippet.make_inputs(get_inputs, dev, True)
+        return snippet.make_inputs(get_inputs, dev)
 
     timed = strict.time_strict(ref, custom, make, dev, cfg, global_state=state)
     l2 = strict.cache_sensitivity(ref, custom, make, dev, cfg, global_state=state)

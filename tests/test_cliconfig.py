@@ -31,7 +31,7 @@ def normalised(**cfg):
         ({"paper": {"atol": "0.1", "rtol": "1e-3"}}, {"paper": {"atol": 0.1, "rtol": 0.001}}),
         ({"paper": {"atol": "1"}}, {"paper": {"atol": 1}}),
         ({"paper": {"early_stop_below": "null"}}, {"paper": {"early_stop_below": None}}),
-        ({"paper": {"inputs_on_device": "false"}}, {"paper": {"inputs_on_device": False}}),
+        ({"build": {"construct_on_cpu": "false"}}, {"build": {"construct_on_cpu": False}}),
         ({"timeouts": {"demo": "80"}}, {"timeouts": {"demo": 80}}),
         ({"aggregate_only": "true"}, {"aggregate_only": True}),
         ({"aggregate_only": "No"}, {"aggregate_only": False}),

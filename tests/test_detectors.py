@@ -68,7 +68,7 @@ def test_a_hack_honest_under_the_detectors_is_caught_by_checked_timed_outputs(ca
     custom_cls = snippet.load_custom(case.custom_source, "custom")
     ref, custom = ref_cls(*get_init_inputs()), custom_cls(*get_init_inputs())
     cfg = {"min_reps": 4, "max_reps": 6, "budget_s": 5.0, "warmup": 1, "verify_outputs": 2}
-    timed = strict.time_strict(ref, custom, lambda: snippet.make_inputs(get_inputs, "cpu", True), "cpu", cfg)
+    timed = strict.time_strict(ref, custom, lambda: snippet.make_inputs(get_inputs, "cpu"), "cpu", cfg)
     assert [f["flag"] for f in timed["flags"]] == [case.expected_flag]
 
 

@@ -371,3 +371,34 @@ def test_the_ledger_records_each_sides_median_launch():
 def test_bound_labels():
     assert [hostclock.bound_label(s) for s in ([], ["ref"], ["custom"], ["ref", "custom"])] == [
         "neither", "ref", "custom", "both"]
+
+
+def test_each_timed_pair_lets_go_of_the_inputs_before_only_once_it_has_new_ones():
+    """The published harness's ``inputs`` variable: the reference warm-up's inputs are held until
+    the first timed pair has drawn its own, and each pair's until the next pair's exist."""
+    import weakref
+
+    class Inputs(list):
+        pass
+
+    drawn: list = []
+
+    def make():
+        alive = [i for i, ref in enumerate(drawn) if ref() is not None]
+        new = Inputs([len(drawn), alive])  # which draws were alive when this one was made
+        drawn.append(weakref.ref(new))
+        return new
+
+    held = harness.HeldInputs(make)  # the reference warm-up's inputs, draw 0
+    assert [ref() is not None for ref in drawn] == [True]
+    seen = []
+    ref, cus = harness.timed_pairs(
+        lambda *x: seen.append(list(x)), lambda *x: None, held.draw, 3, random.Random(1), "cpu", [],
+        hostclock.Ledger(), 0, FakeClock(),
+        reset=lambda: harness.renew_allocator(lambda *x: None, lambda *x: None, [], held, "cpu"),
+    )
+    assert [s[0] for s in seen] == [1, 2, 3]  # the timed calls ran on draws 1, 2, 3
+    assert [s[1] for s in seen] == [[0], [1], [2]]  # each drawn while the one before was held
+    assert [ref() is not None for ref in drawn] == [False, False, False, True]  # the last is held
+    harness.renew_allocator(lambda *x: None, lambda *x: None, [], held, "cpu")
+    assert drawn[-1]()[1] == []  # after a reset the warm-up's inputs are drawn anew, nothing else held

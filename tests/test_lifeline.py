@@ -14,7 +14,7 @@ from l1bench import lifeline
 from l1bench.runner import JobFailed, JobStopped, run_worker
 
 PAPER = dict(seed=42, correctness_trials=1, atol=1e-2, rtol=1e-2, warmup=1, outer_trials=1, inner_trials=1,
-             early_stop_below=None, inputs_on_device=True)
+             early_stop_below=None)
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="process handling is tested on Linux")
 

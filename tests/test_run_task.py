@@ -15,7 +15,7 @@ run_task = script_module("run_task")
 
 DEMO = ROOT / "config/demo/optimized_cuda_code/demo.json"
 PAPER = dict(seed=42, correctness_trials=1, atol=1e-2, rtol=1e-2, warmup=1, outer_trials=1, inner_trials=1,
-             early_stop_below=None, inputs_on_device=True)
+             early_stop_below=None)
 
 
 class Named(list):

@@ -23,7 +23,6 @@ PAPER = {
     "outer_trials": 2,
     "inner_trials": 3,
     "early_stop_below": None,
-    "inputs_on_device": True,
 }
 STRICT = {
     "rse_target": 0.05, "min_reps": 5, "max_reps": 20, "budget_s": 3, "sync_mismatch": 1.5, "l2_factor": 1.5, "seed": 42

@@ -18,7 +18,7 @@
 # trees already in the working tree, e.g. unpacked from an earlier call's sbs.tgz, instead of
 # starting fresh ones), TASKS (a YAML file or ids instead of the slice), BUDGET_S, PACK_S,
 # TASK_TIMEOUT (seconds per task in the published harness, default 240), PREFIX (results/sbs),
-# WF_CONFIG (one more --config entry for the workflow, e.g. 'paper={inputs_on_device: false}',
+# WF_CONFIG (one more --config entry for the workflow, e.g. 'paper={outer_trials: 3}',
 # to measure a candidate cause; give such a run a PREFIX of its own), PUB_CPUS (pin the published
 # harness's processes, e.g. to the CPU the workflow times on: the highest one), INSTALL=0 (snakemake
 # and l1bench already importable), DEVICE/RELEASE_DIR/HARNESS (another release, e.g. the CPU demo).

@@ -57,7 +57,7 @@ PIPELINE_ARGS = {"num_correct_trials": 10, "num_perf_trials": 10, "global_n_tria
 #: The same, in the workflow's ``paper:`` terms (``params`` of a result), for the comparison
 #: tools (an early stop shows as fewer trial scores than ``outer_trials``).
 PARAMS = {"seed": 42, "correctness_trials": 10, "atol": 0.01, "rtol": 0.01, "warmup": 3, "outer_trials": 7,
-          "inner_trials": 10, "early_stop_below": 0.3, "inputs_on_device": False}
+          "inner_trials": 10, "early_stop_below": 0.3}
 
 
 # --------------------------------------------------------------------------- inputs

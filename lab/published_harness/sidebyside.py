@@ -227,7 +227,7 @@ def parse_args(argv):
     ap.add_argument("--log-dir", default="logs/sbs")
     ap.add_argument("--pub-cpus", help="pin the published harness's processes to these CPUs (run.py --cpus)")
     ap.add_argument("--wf-config", action="append", default=[], metavar="KEY=VALUE",
-                    help="more --config for the workflow, e.g. 'paper={inputs_on_device: false}' (repeatable)")
+                    help="more --config for the workflow, e.g. 'paper={outer_trials: 3}' (repeatable)")
     args = ap.parse_args(argv)
     args.first = [t for t in args.first.split(",") if t.strip()]
     args.modes = [m for m in args.modes.split(",") if m.strip()]

@@ -126,21 +126,10 @@ def to_device(values, device):
     return [v.to(device) if isinstance(v, torch.Tensor) else v for v in values]
 
 
-def make_inputs(get_inputs, device, on_device: bool):
-    """Call ``get_inputs`` and move its tensors to ``device``.
-
-    With ``on_device`` the call runs under ``torch.device(device)`` so random
-    tensors are drawn on the GPU directly (same distributions, much faster for
-    large inputs); tensors it still creates elsewhere are moved.
-    """
-    import torch
-
-    if on_device and str(device) != "cpu":
-        with torch.device(device):
-            vals = get_inputs()
-    else:
-        vals = get_inputs()
-    return to_device(vals, device)
+def make_inputs(get_inputs, device):
+    """Call ``get_inputs`` (its random tensors drawn on the host) and move its tensors to
+    ``device``, as the published harness does (``get_inputs()`` then ``.cuda()``)."""
+    return to_device(get_inputs(), device)
 
 
 def build_model(cls, init_inputs, seed: int, device):

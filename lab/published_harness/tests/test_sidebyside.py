@@ -94,7 +94,7 @@ def test_tasks_done_in_all_four_trees_are_left_out(setup):
 
 def test_the_workflow_call_names_the_blocks_targets_the_whole_list_and_extra_config(setup, monkeypatch, tmp_path):
     args, _, _, _ = setup
-    args.wf_config = ["paper={inputs_on_device: false}"]
+    args.wf_config = ["paper={outer_trials: 3}"]
     seen = {}
 
     class Proc:
@@ -113,4 +113,4 @@ def test_the_workflow_call_names_the_blocks_targets_the_whole_list_and_extra_con
     at = cmd.index("--config")
     assert cmd[at - 1] == "results/sbs-wf1/h100/time/paper/default/L1_T002.json"
     assert cmd[at + 1:] == ["device=h100", "release_dir=.release", "results_dir=results/sbs-wf1",
-                            'tasks=["1/1", "1/2"]', 'modes=["default"]', "paper={inputs_on_device: false}"]
+                            'tasks=["1/1", "1/2"]', 'modes=["default"]', "paper={outer_trials: 3}"]

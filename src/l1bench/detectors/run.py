@@ -65,7 +65,7 @@ def _custom(stage: str, fn, *args):
 
 def _fresh(get_inputs, device, seed: int) -> list:
     snippet.set_seed(seed)
-    return snippet.make_inputs(get_inputs, device, on_device=True)
+    return snippet.make_inputs(get_inputs, device)
 
 
 def _reference_phase(ref_model, get_inputs, device, c) -> dict:

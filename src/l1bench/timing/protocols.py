@@ -18,7 +18,9 @@ from l1bench.timing import gpulock, hostclock
 from l1bench.timing.harness import (
     BASELINE_MODES,
     CustomBuilder,
+    HeldInputs,
     correctness_trials,
+    driver_allocations,
     find_model_streams,
     renew_allocator,
     timed_pairs,
@@ -44,7 +46,6 @@ class TimingSetup:
     stats: dict
     builder: CustomBuilder
     get_inputs: Callable
-    on_dev: bool
     rng: random.Random
     wait_for_streams: bool
     baseline_on_cpu: Callable
@@ -131,9 +132,10 @@ class PaperProtocol(TimingProtocol):
     @staticmethod
     def trial(setup: TimingSetup, outer: int, clock, ledger) -> tuple[list, list]:
         """Outer trial ``outer`` (seed + trial), in one GPU section: both models placed (with
-        the custom model's streams and the warm-up inputs), the warm-up calls and the timed
-        pairs; (reference ms, custom ms)."""
-        device, p, stats, get_inputs, on_dev = setup.device, setup.p, setup.stats, setup.get_inputs, setup.on_dev
+        the custom model's streams), the inputs of the harness's per-trial reference warm-up
+        drawn, the warm-up calls on inputs of their own and the timed pairs; (reference ms,
+        custom ms)."""
+        device, p, stats, get_inputs = setup.device, setup.p, setup.stats, setup.get_inputs
         seed = p["seed"] + outer
         base_cpu, init_inputs = setup.baseline_on_cpu(seed)
         custom_cpu = setup.builder.prepare(seed, init_inputs)
@@ -142,25 +144,28 @@ class PaperProtocol(TimingProtocol):
             with phase(stats, "models to device"):
                 base, custom = setup.on_device(base_cpu, custom_cpu, seed, init_inputs)
                 streams = find_model_streams(custom) if setup.wait_for_streams else []
-            warm_inputs = make_inputs(get_inputs, device, on_dev)
-            ref_ms, cus_ms = PaperProtocol.timed(setup, (base, custom, streams, warm_inputs), outer, clock, ledger)
+            held = HeldInputs(lambda: make_inputs(get_inputs, device))
+            warm_inputs = make_inputs(get_inputs, device)
+            placed = (base, custom, streams, warm_inputs, held)
+            ref_ms, cus_ms = PaperProtocol.timed(setup, placed, outer, clock, ledger)
             setup.read_clocks("after")
-            del base, custom, base_cpu, custom_cpu, warm_inputs
+            del base, custom, base_cpu, custom_cpu, warm_inputs, held, placed
         return ref_ms, cus_ms
 
     @staticmethod
     def timed(setup: TimingSetup, placed: tuple, outer: int, clock, ledger) -> tuple[list, list]:
         """A trial's warm-up calls and timed pairs, inside its section; ``placed``: (baseline,
-        custom model, the custom model's streams, the warm-up inputs)."""
-        device, p, stats, get_inputs, on_dev = setup.device, setup.p, setup.stats, setup.get_inputs, setup.on_dev
-        base, custom, streams, warm_inputs = placed
+        custom model, the custom model's streams, the warm-up inputs, the :class:`HeldInputs`
+        each timed pair draws from)."""
+        device, p, stats = setup.device, setup.p, setup.stats
+        base, custom, streams, warm_inputs, held = placed
         with phase(stats, "warm-up calls"):
             warm_up(base, custom, warm_inputs, p["warmup"], device)
-        with phase(stats, "timed pairs"), gpulock.DeviceLock.no_pause():
+        with phase(stats, "timed pairs"), gpulock.DeviceLock.no_pause(), driver_allocations(stats, device):
             return timed_pairs(
                 base,
                 custom,
-                lambda: make_inputs(get_inputs, device, on_dev),
+                held.draw,
                 p["inner_trials"],
                 setup.rng,
                 device,
@@ -169,7 +174,7 @@ class PaperProtocol(TimingProtocol):
                 outer,
                 clock,
                 # called inside timed_pairs, in this call
-                reset=lambda: renew_allocator(base, custom, warm_inputs, device),
+                reset=lambda: renew_allocator(base, custom, warm_inputs, held, device),
             )
 
 
@@ -182,7 +187,7 @@ class StrictProtocol(TimingProtocol):
 
     def time(self, setup: TimingSetup) -> dict:
         job, device, p, stats = setup.job, setup.device, setup.p, setup.stats
-        builder, get_inputs, on_dev = setup.builder, setup.get_inputs, setup.on_dev
+        builder, get_inputs = setup.builder, setup.get_inputs
         baseline_on_cpu, on_device, gpu_section = setup.baseline_on_cpu, setup.on_device, setup.gpu_section
         read_clocks, clocks = setup.read_clocks, setup.clocks
         import torch
@@ -198,12 +203,12 @@ class StrictProtocol(TimingProtocol):
         with gpu_section(), phase(stats, "strict"):
             read_clocks("before")
             base, custom = on_device(base_cpu, custom_cpu, p["seed"], init_inputs)
-            warm_up(base, custom, make_inputs(get_inputs, device, on_dev), p["warmup"], device)
+            warm_up(base, custom, make_inputs(get_inputs, device), p["warmup"], device)
             with guarded("strict timing", Status.RUNTIME_ERROR), gpulock.DeviceLock.no_pause():
                 st = strict.time_strict(
                     base,
                     custom,
-                    lambda: make_inputs(get_inputs, device, on_dev),
+                    lambda: make_inputs(get_inputs, device),
                     torch.device(device),
                     # timed outputs, when checked (verify_outputs), with the check's tolerances
                     job["strict"] | {"atol": p["atol"], "rtol": p["rtol"]},

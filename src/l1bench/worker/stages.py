@@ -129,7 +129,7 @@ def do_check(job: dict, meta: dict, snippets: dict) -> dict:
         # Laziness (the harness runs it on seed-42 inputs before correctness).
         with phase(stats, "laziness"):
             set_seed(seed)
-            inputs = make_inputs(get_inputs, device, p["inputs_on_device"])
+            inputs = make_inputs(get_inputs, device)
             with guarded("first call of ModelNew", Status.RUNTIME_ERROR):
                 out = custom(*inputs)
                 synchronize(device)
@@ -177,7 +177,6 @@ def do_time(job: dict, meta: dict, snippets: dict) -> dict:
     wait_for_streams = "cuda.Stream" in snippets["custom"] and device.startswith("cuda")
     stats: dict = {}
     rng = random.Random(p["seed"])
-    on_dev = p["inputs_on_device"]
 
     def baseline_on_cpu(seed):
         """(baseline constructed under ``seed``, init inputs), before any device work."""
@@ -207,7 +206,6 @@ def do_time(job: dict, meta: dict, snippets: dict) -> dict:
         stats=stats,
         builder=builder,
         get_inputs=get_inputs,
-        on_dev=on_dev,
         rng=rng,
         wait_for_streams=wait_for_streams,
         baseline_on_cpu=baseline_on_cpu,
@@ -299,7 +297,7 @@ def compile_reference(setup: TimingSetup) -> None:
     with setup.gpu_section(), phase(stats, "compile (tracing and code generation unlocked)"), guarded(
         f"compiling the reference ({mode})", Status.BASELINE_ERROR
     ):
-        inputs = make_inputs(setup.get_inputs, device, setup.on_dev)
+        inputs = make_inputs(setup.get_inputs, device)
         base = wrap_baseline(move(base_cpu, device), mode)
         base(*inputs)
         del base, base_cpu, inputs

@@ -1,0 +1,176 @@
+"""Where a timed pair's inputs come from, and what it does to the published harness's scores.
+
+    python3 lab/published_harness/input_draws.py --release .release/optimized_cuda_code/h100.json \
+        --tasks L1_T012,L2_T001 --strategies host,device_sync,device --repeats 2 --out draws.json
+
+CUDA-L1's ``eval/eval_cuda.py`` draws each timed pair's inputs on the host (``get_inputs()``) and
+copies them (``.cuda()``, synchronous from pageable memory), so the GPU is idle when a pair's
+start event is recorded; for a task with large inputs the host's draw takes most of the time
+(0.35 s for 64 M floats on one CPU). This probe re-creates the harness's timing loop (per outer
+trial: both models built under seed 42 + trial and moved, a reference warm-up on inputs held
+until the first pair's, three warm-up calls, ten pairs in random order timed with CUDA events,
+score = mean over trials of mean(reference)/mean(custom)) with each pair's inputs from:
+
+* ``host``: ``get_inputs()`` on the host, then ``.cuda()`` (the harness);
+* ``device``: ``get_inputs()`` under ``torch.device("cuda")``, no synchronisation (the GPU may
+  still be drawing when the pair is launched);
+* ``device_sync``: the same, then ``torch.cuda.synchronize()`` before the pair;
+* ``host_pool``: two host draws per outer trial, copied alternately (``.cuda()``) for each pair.
+
+Strategies alternate within each repeat, so host drift falls on all alike. Uses only torch.
+Writes per task, strategy and repeat: the score, the trials' scores, the median reference and
+custom call (ms), and the wall time the trial loop took.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import statistics
+import sys
+import time
+
+STRATEGIES = ("host", "device", "device_sync", "host_pool")
+
+
+def load_task(release: str, tid: str) -> dict:
+    level, task = int(tid[1]), int(tid.split("_T")[1])
+    for line in open(release, encoding="utf-8"):
+        row = json.loads(line)
+        if row.get("level_id") == level and row.get("task_id") == task:
+            return row
+    raise SystemExit(f"{release}: no task {tid}")
+
+
+def classes(row: dict):
+    ref, custom = {}, {}
+    exec(compile(row["ref_code"], "ref", "exec"), ref)
+    exec(compile(row["custom_code"], "custom", "exec"), custom)
+    return ref["Model"], custom["ModelNew"], ref["get_inputs"], ref["get_init_inputs"]
+
+
+def seed_all(seed: int) -> None:
+    import torch
+
+    torch.manual_seed(seed)
+    torch.cuda.manual_seed(seed)
+    random.seed(seed)
+
+
+class Draws:
+    """Each pair's inputs by ``strategy``; ``trial()`` is called at the start of an outer trial."""
+
+    def __init__(self, strategy: str, get_inputs):
+        self.strategy, self.get_inputs, self.pool, self.k = strategy, get_inputs, [], 0
+
+    def trial(self) -> None:
+        if self.strategy == "host_pool":
+            self.pool, self.k = [self.get_inputs(), self.get_inputs()], 0
+
+    def __call__(self):
+        import torch
+
+        if self.strategy == "host":
+            return [x.cuda() if isinstance(x, torch.Tensor) else x for x in self.get_inputs()]
+        if self.strategy == "host_pool":
+            vals = self.pool[self.k % 2]
+            self.k += 1
+            return [x.cuda() if isinstance(x, torch.Tensor) else x for x in vals]
+        with torch.device("cuda"):
+            vals = self.get_inputs()
+        if self.strategy == "device_sync":
+            torch.cuda.synchronize()
+        return vals
+
+
+def time_one(fn, inputs) -> float:
+    import torch
+
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    fn(*inputs)
+    end.record()
+    torch.cuda.synchronize()
+    return start.elapsed_time(end)
+
+
+def run(model_cls, new_cls, get_inputs, get_init_inputs, strategy: str, trials: int = 7, pairs: int = 10) -> dict:
+    import torch
+
+    draws = Draws(strategy, get_inputs)
+    rng = random.Random(42)
+    scores, refs, cuss = [], [], []
+    t0 = time.perf_counter()
+    with torch.no_grad():
+        for trial in range(trials):
+            seed_all(42 + trial)
+            init = [x.cuda() if isinstance(x, torch.Tensor) else x for x in get_init_inputs()]
+            seed_all(42 + trial)
+            ref = model_cls(*init).cuda()
+            seed_all(42 + trial)
+            new = new_cls(*init).cuda()
+            draws.trial()
+            held = draws()  # the harness's reference warm-up inputs, let go of at the first pair
+            warm = draws()
+            for _ in range(3):
+                ref(*warm)
+                new(*warm)
+                torch.cuda.synchronize()
+            r_ms, c_ms = [], []
+            for _ in range(pairs):
+                inputs = draws()
+                held = inputs
+                if rng.random() < 0.5:
+                    r_ms.append(time_one(ref, inputs))
+                    c_ms.append(time_one(new, inputs))
+                else:
+                    c_ms.append(time_one(new, inputs))
+                    r_ms.append(time_one(ref, inputs))
+            scores.append(statistics.fmean(r_ms) / statistics.fmean(c_ms))
+            refs += r_ms
+            cuss += c_ms
+            del ref, new, warm, held, inputs
+            torch.cuda.empty_cache()
+    return {"score": statistics.fmean(scores), "trial_scores": [round(s, 4) for s in scores],
+            "ref_ms_median": statistics.median(refs), "custom_ms_median": statistics.median(cuss),
+            "first_ref_ms": [round(refs[i * pairs], 4) for i in range(trials)],
+            "loop_s": round(time.perf_counter() - t0, 2)}
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--release", required=True)
+    ap.add_argument("--tasks", required=True, help="comma-separated ids, e.g. L1_T012,L2_T001")
+    ap.add_argument("--strategies", default=",".join(STRATEGIES))
+    ap.add_argument("--repeats", type=int, default=2)
+    ap.add_argument("--out", required=True)
+    args = ap.parse_args(argv)
+    import torch
+
+    strategies = [s for s in args.strategies.split(",") if s]
+    out = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "date": time.strftime("%Y-%m-%d"),
+           "runs": []}
+    for tid in [t for t in args.tasks.split(",") if t]:
+        try:
+            parts = classes(load_task(args.release, tid))
+        except Exception as err:  # noqa: BLE001 - a task that does not load is recorded, not fatal
+            out["runs"].append({"tid": tid, "error": f"{type(err).__name__}: {str(err)[:200]}"})
+            continue
+        for rep in range(args.repeats):
+            order = strategies if rep % 2 == 0 else strategies[::-1]
+            for strategy in order:
+                try:
+                    got = run(*parts, strategy)
+                except Exception as err:  # noqa: BLE001
+                    got = {"error": f"{type(err).__name__}: {str(err)[:200]}"}
+                out["runs"].append({"tid": tid, "strategy": strategy, "repeat": rep} | got)
+                print(tid, strategy, rep, {k: got.get(k) for k in ("score", "ref_ms_median", "custom_ms_median",
+                                                                    "loop_s", "error")}, flush=True)
+                with open(args.out, "w", encoding="utf-8") as fh:
+                    json.dump(out, fh, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
