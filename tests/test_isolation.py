@@ -395,10 +395,10 @@ def test_each_timed_pair_lets_go_of_the_inputs_before_only_once_it_has_new_ones(
     ref, cus = harness.timed_pairs(
         lambda *x: seen.append(list(x)), lambda *x: None, held.draw, 3, random.Random(1), "cpu", [],
         hostclock.Ledger(), 0, FakeClock(),
-        reset=lambda: harness.renew_allocator(lambda *x: None, lambda *x: None, [], held, "cpu"),
+        reset=lambda: harness.renew_first_pair(lambda *x: None, lambda *x: None, [], held, "cpu"),
     )
     assert [s[0] for s in seen] == [1, 2, 3]  # the timed calls ran on draws 1, 2, 3
     assert [s[1] for s in seen] == [[0], [1], [2]]  # each drawn while the one before was held
     assert [ref() is not None for ref in drawn] == [False, False, False, True]  # the last is held
-    harness.renew_allocator(lambda *x: None, lambda *x: None, [], held, "cpu")
+    harness.renew_first_pair(lambda *x: None, lambda *x: None, [], held, "cpu")
     assert drawn[-1]()[1] == []  # after a reset the warm-up's inputs are drawn anew, nothing else held

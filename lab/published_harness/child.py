@@ -211,10 +211,26 @@ def environment(torch) -> dict:
     return env
 
 
+def build_only(job: dict) -> int:
+    """Run the custom code once, as the harness's first step does (its inline extensions built into
+    ``TORCH_EXTENSIONS_DIR``), and record the builds; nothing is timed."""
+    import torch.utils.cpp_extension
+
+    wrap_extension_builds(torch.utils.cpp_extension)
+    try:
+        exec(compile(job["custom_src"], "custom", "exec"), {})
+        emit("built", ok=True)
+    except BaseException as err:  # noqa: BLE001 - recorded; the harness meets it again
+        emit("built", ok=False, error=short(err))
+    return 0
+
+
 def main(argv: list[str]) -> int:
     global _EVENTS
     job = json.loads(open(argv[1], encoding="utf-8").read())
     _EVENTS = open(job["events_path"], "a", encoding="utf-8")
+    if job.get("build_only"):
+        return build_only(job)
     if job.get("cpus"):
         os.sched_setaffinity(0, job["cpus"])
     emit("start", pid=os.getpid(), tid=job["tid"], mode=job["mode"], setup=job["setup"])

@@ -21,7 +21,11 @@
 # WF_CONFIG (one more --config entry for the workflow, e.g. 'paper={outer_trials: 3}',
 # to measure a candidate cause; give such a run a PREFIX of its own), PUB_CPUS (pin the published
 # harness's processes, e.g. to the CPU the workflow times on: the highest one), INSTALL=0 (snakemake
-# and l1bench already importable), DEVICE/RELEASE_DIR/HARNESS (another release, e.g. the CPU demo).
+# and l1bench already importable), DEVICE/RELEASE_DIR/HARNESS (another release, e.g. the CPU demo),
+# PASSES (default "1,2": each block runs both passes; "1 2": every block's first pass, then every
+# block's second, so that a deadline leaves every task measured once before any twice),
+# PREBUILD (the published harness's extensions are built first, this many at a time, default 14,
+# into PREFIX-ext/<tid>, each task's TORCH_EXTENSIONS_DIR; 0: each built by the harness's first run).
 set -uo pipefail
 t0=$(date +%s)
 out=${1:?usage: lab/published_harness/gpu_run.sh OUT_DIR [N_TASKS] [BLOCK]}
@@ -51,11 +55,13 @@ wflogs=("logs/${prefix#results/}-wf1" "logs/${prefix#results/}-wf2")
         . scripts/offline_install.sh .whl || { kill "$sampler"; exit 1; }
     fi
     echo "installed after $(($(date +%s) - t0)) s"
-    python3 $here/sidebyside.py --deadline $((t0 + budget - pack)) --n "$n" --block "$block" \
-        --prefix "$prefix" --modes "$MODES" --task-timeout "${TASK_TIMEOUT:-240}" \
-        --device "${DEVICE:-h100}" --release-dir "${RELEASE_DIR:-.release}" ${HARNESS:+--harness "$HARNESS"} \
-        ${TASKS:+--tasks "$TASKS"} ${WF_CONFIG:+--wf-config "$WF_CONFIG"} \
-        ${PUB_CPUS:+--pub-cpus "$PUB_CPUS"}
+    for passes in ${PASSES:-1,2}; do
+        python3 $here/sidebyside.py --deadline $((t0 + budget - pack)) --n "$n" --block "$block" \
+            --prefix "$prefix" --modes "$MODES" --task-timeout "${TASK_TIMEOUT:-240}" --passes "$passes" \
+            --device "${DEVICE:-h100}" --release-dir "${RELEASE_DIR:-.release}" ${HARNESS:+--harness "$HARNESS"} \
+            ${TASKS:+--tasks "$TASKS"} ${WF_CONFIG:+--wf-config "$WF_CONFIG"} \
+            ${PUB_CPUS:+--pub-cpus "$PUB_CPUS"} --ext-dir "$prefix-ext" --prebuild "${PREBUILD:-14}"
+    done
     echo "blocks done after $(($(date +%s) - t0)) s"
     kill "$sampler" 2>/dev/null
     nvidia-smi --query-compute-apps=pid,process_name,used_memory --format=csv,noheader
@@ -69,7 +75,7 @@ wflogs=("logs/${prefix#results/}-wf1" "logs/${prefix#results/}-wf2")
             echo "compare failed for $mode (the trees are in sbs.tgz)"
     done
     have=()
-    for p in "${trees[@]}" "${wflogs[@]}" logs/sbs; do [ -e "$p" ] && have+=("$p"); done
+    for p in "${trees[@]}" "${wflogs[@]}" logs/sbs "$prefix-ext/_jobs"; do [ -e "$p" ] && have+=("$p"); done
     tar czf "$out/sbs.tgz" --exclude='*/build/ext' --exclude='*/tasks' "${have[@]}"
     cp logs/sbs/timeline.tsv "$out/" 2>/dev/null
     echo "packed after $(($(date +%s) - t0)) s: $(du -h "$out/sbs.tgz" | cut -f1)"

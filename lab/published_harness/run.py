@@ -324,9 +324,38 @@ def record_from(job: dict, events: list[dict], harness_log: list[dict], proc: di
     return out
 
 
+def extensions_env(ext_root, tid: str) -> dict | None:
+    """The child's environment: the task's own ``TORCH_EXTENSIONS_DIR`` under ``ext_root`` (None:
+    torch's default folder, shared by every task)."""
+    if not ext_root:
+        return None
+    return os.environ | {"TORCH_EXTENSIONS_DIR": str(Path(ext_root).resolve() / tid)}
+
+
+def prebuild(tasks: dict, tids, ext_root, workers: int, timeout_s: float = 300,
+             python: str = sys.executable, child: Path = HERE / "child.py") -> dict:
+    """Run each task's custom code once, ``workers`` at a time, each into its task's
+    ``TORCH_EXTENSIONS_DIR`` under ``ext_root``, so that the harness's own runs find the
+    extensions built (the harness then only loads them; a build that fails fails again there).
+    Returns {tid: wall seconds}."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    def one(tid):
+        task = tasks[tid]
+        if not task.custom_code:
+            return tid, 0.0
+        job_dir = Path(ext_root) / "_jobs" / tid
+        job = {"tid": tid, "mode": "build", "build_only": True, "custom_src": task.custom_code,
+               "events_path": str((job_dir / "events.jsonl").resolve())}
+        return tid, run_child(job, job_dir, timeout_s, python, child, extensions_env(ext_root, tid))["wall_s"]
+
+    with ThreadPoolExecutor(max(1, workers)) as pool:
+        return dict(pool.map(one, tids))
+
+
 def run_task(task, mode: str, out_root, device: str, harness: Path, harness_sha: str, timeout_s: float,
              cpus=None, python: str = sys.executable, child: Path = HERE / "child.py",
-             record_timeout: bool = True) -> dict | None:
+             record_timeout: bool = True, ext_root=None) -> dict | None:
     """Time ``task`` (a :class:`l1bench.release.Task`) in ``mode`` through the harness in a
     fresh process and write its result atomically; returns the result. A run killed at
     ``timeout_s`` is a ``timeout`` result, unless ``record_timeout`` is false (the run's own
@@ -355,7 +384,7 @@ def run_task(task, mode: str, out_root, device: str, harness: Path, harness_sha:
             "log_path": str((ldir / "harness_log.jsonl").resolve()),
             "cpus": cpus,
         }
-        proc = run_child(job, ldir, timeout_s, python=python, child=child)
+        proc = run_child(job, ldir, timeout_s, python=python, child=child, env=extensions_env(ext_root, tid))
         if proc["timed_out"] and not record_timeout:
             (ldir / "job.json").unlink(missing_ok=True)
             return None
@@ -398,6 +427,9 @@ def parse_args(argv):
     ap.add_argument("--cpus", help="pin the harness's process to these CPUs (e.g. 15 or 8-15)")
     ap.add_argument("--redo", action="store_true", help="run tasks whose result exists too")
     ap.add_argument("--deadline", type=float, help="Unix time: start no task after it; a task it cuts is not recorded")
+    ap.add_argument("--ext-dir", help="each task's TORCH_EXTENSIONS_DIR: EXT_DIR/<tid> (default: torch's, shared)")
+    ap.add_argument("--prebuild", type=int, default=0, metavar="N",
+                    help="with --ext-dir: run every task's custom code once first, N at a time (its builds)")
     return ap.parse_args(argv)
 
 
@@ -429,6 +461,10 @@ def main(argv=None) -> int:
     missing = [t for t in tids if t not in tasks]
     if missing:
         raise SystemExit(f"{args.release}: no task {', '.join(missing)}")
+    if args.prebuild and args.ext_dir:
+        t0 = time.time()
+        took = prebuild(tasks, tids, args.ext_dir, args.prebuild)
+        print(f"prebuilt {len(took)} tasks, {args.prebuild} at a time, in {time.time() - t0:.0f} s", flush=True)
     for tid in tids:
         for mode in modes:
             if result_path(args.out, args.device, mode, tid).exists() and not args.redo:
@@ -443,7 +479,7 @@ def main(argv=None) -> int:
                     return 0
                 timeout = min(timeout, left)
             res = run_task(tasks[tid], mode, args.out, args.device, harness, digest, timeout, cpu_list(args.cpus),
-                           record_timeout=timeout == args.timeout)
+                           record_timeout=timeout == args.timeout, ext_root=args.ext_dir)
             if res is None:
                 print(f"{tid} {mode}: cut by the deadline, not recorded [{time.time() - t0:.1f} s]", flush=True)
                 return 0

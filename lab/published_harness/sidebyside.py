@@ -64,16 +64,17 @@ def trees(prefix: str) -> dict[tuple[str, int], str]:
     return {(h, p): f"{prefix}-{h}{p}" for p in (1, 2) for h in ("pub", "wf")}
 
 
-def pending(tids, prefix: str, device: str, modes) -> list[str]:
-    """The tasks some tree lacks a result of (a mode's time result)."""
-    return [t for t in tids if not all(run.result_path(root, device, m, t).exists()
-                                       for root in trees(prefix).values() for m in modes)]
+def pending(tids, prefix: str, device: str, modes, passes=(1, 2)) -> list[str]:
+    """The tasks some tree of ``passes`` lacks a result of (a mode's time result)."""
+    roots = [root for (_, pss), root in trees(prefix).items() if pss in passes]
+    return [t for t in tids if not all(run.result_path(root, device, m, t).exists() for root in roots for m in modes)]
 
 
-def segment_order(index: int) -> list[tuple[str, int]]:
-    """The four segments of block ``index``: the first harness alternates between blocks."""
+def segment_order(index: int, passes=(1, 2)) -> list[tuple[str, int]]:
+    """The segments of block ``index`` (both harnesses, each pass of ``passes``): the first
+    harness alternates between blocks."""
     first = ("pub", "wf") if index % 2 == 0 else ("wf", "pub")
-    return [(h, 1) for h in first] + [(h, 2) for h in first]
+    return [(h, pss) for pss in passes for h in first]
 
 
 class Estimate:
@@ -118,6 +119,8 @@ def run_published(block_tids, tree, args, deadline: float, log) -> None:
         argv.append("--any-harness")
     if args.pub_cpus:
         argv += ["--cpus", args.pub_cpus]
+    if args.ext_dir:
+        argv += ["--ext-dir", args.ext_dir]
     log.write(f"$ run.py {' '.join(argv)}\n")
     log.flush()
     stdout = sys.stdout
@@ -167,7 +170,7 @@ def drive(args, segment_runners=None, now=time.time) -> list[dict]:
     tasks = run.load_tasks(args.release)
     listed = run.task_ids(args.tasks)
     all_tids = ordered_tasks(args.first, listed, args.n)
-    todo = pending(all_tids, args.prefix, args.device, args.modes)
+    todo = pending(all_tids, args.prefix, args.device, args.modes, args.passes)
     est = Estimate()
     log_dir = Path(args.log_dir)
     log_dir.mkdir(parents=True, exist_ok=True)
@@ -177,15 +180,21 @@ def drive(args, segment_runners=None, now=time.time) -> list[dict]:
         tsv.write_text("block\tharness\tpass\ttasks\tstart\tend\tseconds\tnote\n")
     say(f"{len(all_tids)} tasks, {len(todo)} to run, blocks of {args.block}; "
         f"{args.deadline - now():.0f} s to the deadline")
+    if args.prebuild and args.ext_dir and todo:
+        t0 = now()
+        run.prebuild(tasks, todo, args.ext_dir, args.prebuild)
+        say(f"the published harness's extensions of {len(todo)} tasks built, {args.prebuild} at a time, "
+            f"in {now() - t0:.0f} s")
+        est.prior = est.prior | {"pub_build": 2.0}
     for index, blk in enumerate(blocks(todo, args.block)):
         n_build = builds(blk, tasks)
-        need = sum(est.seconds(h, len(blk), n_build, p == 1) for h, p in segment_order(index))
+        need = sum(est.seconds(h, len(blk), n_build, p == 1) for h, p in segment_order(index, args.passes))
         left = args.deadline - now()
         if need > left:
             say(f"block {index + 1} ({', '.join(blk)}): needs ~{need:.0f} s, {left:.0f} s left: stopped here")
             timeline.append({"block": index + 1, "note": f"not started: needs ~{need:.0f} s, {left:.0f} s left"})
             break
-        for harness, pss in segment_order(index):
+        for harness, pss in segment_order(index, args.passes):
             tree = trees(args.prefix)[(harness, pss)]
             t0 = now()
             with open(log_dir / f"{harness}{pss}-block{index + 1}.log", "a") as log:
@@ -214,6 +223,7 @@ def parse_args(argv):
     ap.add_argument("--deadline", type=float, required=True, help="Unix time by which every segment has ended")
     ap.add_argument("--n", type=int, help="only the first N tasks of the ordered list")
     ap.add_argument("--block", type=int, default=6, help="tasks per block")
+    ap.add_argument("--passes", default="1,2", help="the passes each block runs: 1,2 (both, the default), 1 or 2")
     ap.add_argument("--tasks", default="config/slices/h100_slice41.yaml", help="YAML tasks: list, or ids")
     ap.add_argument("--first", default=",".join(FIRST), help="ids put first where listed (comma-separated)")
     ap.add_argument("--device", default="h100")
@@ -226,11 +236,15 @@ def parse_args(argv):
     ap.add_argument("--task-timeout", type=float, default=240, help="seconds per task in the published harness")
     ap.add_argument("--log-dir", default="logs/sbs")
     ap.add_argument("--pub-cpus", help="pin the published harness's processes to these CPUs (run.py --cpus)")
+    ap.add_argument("--ext-dir", help="the published harness's TORCH_EXTENSIONS_DIR per task: EXT_DIR/<tid>")
+    ap.add_argument("--prebuild", type=int, default=0, metavar="N",
+                    help="with --ext-dir: build every task's extensions for the published harness first, N at a time")
     ap.add_argument("--wf-config", action="append", default=[], metavar="KEY=VALUE",
                     help="more --config for the workflow, e.g. 'paper={outer_trials: 3}' (repeatable)")
     args = ap.parse_args(argv)
     args.first = [t for t in args.first.split(",") if t.strip()]
     args.modes = [m for m in args.modes.split(",") if m.strip()]
+    args.passes = tuple(int(x) for x in args.passes.split(",") if x.strip())
     args.release = args.release or f"{args.release_dir}/optimized_cuda_code/{args.device}.json"
     args.harness = args.harness or f"{args.release_dir}/eval/eval_cuda.py"
     return args

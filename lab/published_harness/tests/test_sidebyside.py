@@ -19,6 +19,7 @@ def test_the_issues_tasks_come_first_then_the_rest_of_the_list():
 def test_the_first_harness_alternates_between_blocks():
     assert sidebyside.segment_order(0) == [("pub", 1), ("wf", 1), ("pub", 2), ("wf", 2)]
     assert sidebyside.segment_order(1) == [("wf", 1), ("pub", 1), ("wf", 2), ("pub", 2)]
+    assert sidebyside.segment_order(1, (2,)) == [("wf", 2), ("pub", 2)]
 
 
 def test_the_estimate_learns_from_what_segments_took():

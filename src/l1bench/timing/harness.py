@@ -117,6 +117,8 @@ def _time_pair(base, custom, make_inputs_fn, rng, device: str, streams, clock) -
     ({side: ms}, {side: launch Delta})."""
     inputs = make_inputs_fn()
     order = ("ref", "custom") if rng.random() < 0.5 else ("custom", "ref")
+    if device.startswith("cuda"):
+        find_model_streams(custom)  # the harness looks for them before every pair (host work, as it does)
     got, launches = {}, {}
     for who in order:
         if who == "ref":
@@ -385,16 +387,10 @@ class HeldInputs:
         return new
 
 
-def renew_allocator(base, custom, warm_inputs, held: HeldInputs, device: str) -> None:
-    """The state before a trial's first timed pair, again: the allocator emptied (as at the
-    start of the section), the reference warm-up's inputs held anew and one warm-up call of
-    both models."""
-    import torch
-
+def renew_first_pair(base, custom, warm_inputs, held: HeldInputs, device: str) -> None:
+    """The state before a trial's first timed pair, again: the reference warm-up's inputs held
+    anew and one warm-up call of both models."""
     held.current = None
-    synchronize(device)
-    if device.startswith("cuda"):
-        torch.cuda.empty_cache()
     held.current = held.make()
     warm_up(base, custom, warm_inputs, 1, device)
 

@@ -89,10 +89,12 @@ def claim_gpu(job: dict, stats: dict, before_pause):
 
 
 @contextlib.contextmanager
-def exclusive(device: str, job: dict, stats: dict):
-    """The device lock, under no_grad and without garbage collection; the device synchronised and its
-    cached memory handed back before release, so that no work of this section runs into the next
-    holder's timed calls and a waiting worker holds no memory the holder needs.
+def exclusive(device: str, job: dict, stats: dict, keep_cache: bool = False):
+    """The device lock, under no_grad and without garbage collection; the device synchronised and
+    (unless ``keep_cache``) its cached memory handed back before release, so that no work of this
+    section runs into the next holder's timed calls and a waiting worker holds no memory the
+    holder needs. ``keep_cache``: the paper protocol's sections between the outer trials of one
+    step, whose blocks the next trial reuses as the published harness's trials reuse theirs.
     """
     import torch
 
@@ -119,4 +121,5 @@ def exclusive(device: str, job: dict, stats: dict):
                 try:
                     torch.cuda.synchronize(device)
                 finally:
-                    torch.cuda.empty_cache()
+                    if not keep_cache:
+                        torch.cuda.empty_cache()

@@ -242,8 +242,8 @@ def first_section_warms_up(job: dict, stats: dict, warm_model, get_inputs):
     pending = {"warmup": warm_model}
 
     @contextlib.contextmanager
-    def gpu_section():
-        with exclusive(device, job, stats):
+    def gpu_section(keep_cache: bool = False):
+        with exclusive(device, job, stats, keep_cache):
             if pending["warmup"] is not None:
                 with phase(stats, "reference warm-up"):
                     run_reference_warmup(pending["warmup"], get_inputs, device, p)
