@@ -342,9 +342,9 @@ def prebuild(tasks: dict, tids, ext_root, workers: int, timeout_s: float = 300,
 
     def one(tid):
         task = tasks[tid]
-        if not task.custom_code:
-            return tid, 0.0
         job_dir = Path(ext_root) / "_jobs" / tid
+        if not task.custom_code or any(e.get("event") == "built" for e in read_jsonl(job_dir / "events.jsonl")):
+            return tid, 0.0  # no code, or built by an earlier call
         job = {"tid": tid, "mode": "build", "build_only": True, "custom_src": task.custom_code,
                "events_path": str((job_dir / "events.jsonl").resolve())}
         return tid, run_child(job, job_dir, timeout_s, python, child, extensions_env(ext_root, tid))["wall_s"]

@@ -22,7 +22,9 @@ from l1bench.timing.harness import (
     correctness_trials,
     driver_allocations,
     find_model_streams,
+    move,
     renew_first_pair,
+    synchronize,
     timed_pairs,
     warm_up,
 )
@@ -35,7 +37,8 @@ from l1bench.worker.torch_hooks import _COMPILED_GRAPHS, COMPILE_MODES
 class TimingSetup:
     """What :func:`~l1bench.worker.stages.do_time` prepared for a protocol: ``stats`` (the job's, filled
     on and returned in the result) and do_time's callables: ``baseline_on_cpu(seed)``,
-    ``on_device(base_cpu, custom_cpu, seed, init_inputs)`` (inside a section), ``gpu_section()`` and
+    ``reference_on_cpu(seed)``, ``on_device(base_cpu, custom_cpu, seed, init_inputs)`` (inside a
+    section), ``gpu_section(keep_cache=False)`` and
     ``read_clocks("before" | "after")``.
     """
 
@@ -49,6 +52,7 @@ class TimingSetup:
     rng: random.Random
     wait_for_streams: bool
     baseline_on_cpu: Callable
+    reference_on_cpu: Callable
     on_device: Callable
     gpu_section: Callable
     clocks: dict
@@ -131,12 +135,13 @@ class PaperProtocol(TimingProtocol):
 
     @staticmethod
     def trial(setup: TimingSetup, outer: int, clock, ledger) -> tuple[list, list]:
-        """Outer trial ``outer`` (seed + trial), in one GPU section: both models placed (with
-        the custom model's streams), the inputs of the harness's per-trial reference warm-up
-        drawn, the warm-up calls on inputs of their own and the timed pairs; (reference ms,
-        custom ms)."""
+        """Outer trial ``outer`` (seed + trial), in one GPU section, in the harness's order
+        (``eval_kernel_against_ref``): its warm-up reference moved and called on inputs held
+        until the first timed pair's, both models placed (with the custom model's streams), the
+        warm-up calls on inputs of their own, the timed pairs; (reference ms, custom ms)."""
         device, p, stats, get_inputs = setup.device, setup.p, setup.stats, setup.get_inputs
         seed = p["seed"] + outer
+        warm_cpu = setup.reference_on_cpu(seed)
         base_cpu, init_inputs = setup.baseline_on_cpu(seed)
         custom_cpu = setup.builder.prepare(seed, init_inputs)
         # the cache kept from trial to trial: the harness's blocks outlive its trials (its
@@ -144,14 +149,18 @@ class PaperProtocol(TimingProtocol):
         with setup.gpu_section(keep_cache=True):
             setup.read_clocks("before")
             with phase(stats, "models to device"):
+                warm_model = move(warm_cpu, device)
+                held = HeldInputs(lambda: make_inputs(get_inputs, device))
+                with guarded("the reference's warm-up run", Status.BASELINE_ERROR):
+                    warm_model(*held.current)
+                    synchronize(device)
                 base, custom = setup.on_device(base_cpu, custom_cpu, seed, init_inputs)
                 streams = find_model_streams(custom) if setup.wait_for_streams else []
-            held = HeldInputs(lambda: make_inputs(get_inputs, device))
             warm_inputs = make_inputs(get_inputs, device)
             placed = (base, custom, streams, warm_inputs, held)
             ref_ms, cus_ms = PaperProtocol.timed(setup, placed, outer, clock, ledger)
             setup.read_clocks("after")
-            del base, custom, base_cpu, custom_cpu, warm_inputs, held, placed
+            del warm_model, warm_cpu, base, custom, base_cpu, custom_cpu, warm_inputs, held, placed
         return ref_ms, cus_ms
 
     @staticmethod

@@ -185,6 +185,11 @@ def do_time(job: dict, meta: dict, snippets: dict) -> dict:
         with guarded(f"constructing the {mode} baseline", Status.BASELINE_ERROR):
             return construct(Base, init_inputs, seed), init_inputs
 
+    def reference_on_cpu(seed):
+        """The reference constructed under ``seed`` (the harness's per-trial warm-up model)."""
+        set_seed(seed)
+        return construct(Ref, to_device(get_init_inputs(), device), seed)
+
     def on_device(base_cpu, custom_cpu, seed, init_inputs):
         """Inside the lock: the baseline moved (and wrapped), ModelNew moved or constructed."""
         base = wrap_baseline(move(base_cpu, device), mode)
@@ -209,6 +214,7 @@ def do_time(job: dict, meta: dict, snippets: dict) -> dict:
         rng=rng,
         wait_for_streams=wait_for_streams,
         baseline_on_cpu=baseline_on_cpu,
+        reference_on_cpu=reference_on_cpu,
         on_device=on_device,
         gpu_section=gpu_section,
         clocks=clocks,
