@@ -96,6 +96,8 @@ def test_the_timing_version_and_the_earlier_stage_are_compared(tmp_path):
     build.unlink()
     assert judge(res).reason(check) == "its build result is to be made"
     assert judge(res, forced=lambda: {"check_task"}).reason(time) == "its check is forced"
+    on_gpu = write(res, "check/L1_T001.json", params=dict(PAPER) | {"inputs_on_device": True})
+    assert judge(res).reason(on_gpu).startswith("inputs drawn on the GPU")
 
 
 def test_without_the_release_on_disk_the_release_fingerprint_decides(tmp_path):

@@ -90,6 +90,8 @@ def own_problem(res: Mapping, expect: Mapping) -> str | None:
             return f"task code changed in the release ({', '.join(changed)})"
     elif expect.get("release") and res.get("release_fingerprint") not in (None, expect["release"]):
         return "made from another release"
+    if isinstance(res.get("params"), Mapping) and res["params"].get("inputs_on_device"):
+        return "inputs drawn on the GPU (the paper protocol draws them on the host, as published)"
     skip = BUILD_SPEED_KEYS if expect.get("kind") == "build" else ()
     changed = _differs(res.get("params"), expect.get("params"), skip)
     if changed:
