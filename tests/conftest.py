@@ -39,6 +39,26 @@ def release_dir():
 
 
 @pytest.fixture(scope="session")
+def current_h100(tmp_path_factory, release_dir):
+    """The committed results/h100 as it is once every result is current (``helpers.as_current``)
+    and its tables are made again from them (``aggregate_only``): the tree the planning tests of
+    a committed, current release start from. Equal to the committed tree when that is current."""
+    import subprocess
+
+    from helpers import CPU_ONLY, SNAKEMAKE, as_current, copy_committed, copy_workflow
+
+    work = tmp_path_factory.mktemp("current_h100")
+    copy_workflow(work)
+    res = copy_committed(work)
+    if as_current(res):
+        cmd = SNAKEMAKE + ["--cores", "1", "--config", "device=h100", f"release_dir={release_dir}"]
+        cmd.append("aggregate_only=true")
+        proc = subprocess.run(cmd, cwd=work, capture_output=True, text=True, timeout=600, env=CPU_ONLY, check=False)
+        assert proc.returncode == 0, (proc.stdout + proc.stderr)[-2000:]
+    return res
+
+
+@pytest.fixture(scope="session")
 def tasks(tmp_path_factory):
     """The embedded demo release split into task folders, once for the whole session. Tests
     read it; a test that needs a changed task copies it into its own tmp_path first."""

@@ -13,6 +13,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 SNAKEMAKE = [sys.executable, "-m", "snakemake"]
+#: no GPU, whatever the machine has
+CPU_ONLY = dict(os.environ, CUDA_VISIBLE_DEVICES="")
 WORKFLOW = ("Snakefile", "rules", "scripts", "config", "profiles", "envs")
 MODES = ("default", "torch_compile", "torch_compile_reduce_overhead", "cuda_graph", "cudnn")
 
@@ -35,14 +37,15 @@ def copy_workflow(dest, src=ROOT, extra=()):
         (shutil.copytree if path.is_dir() else shutil.copy)(path, Path(dest) / name)
 
 
-def copy_committed(dest, device="h100"):
-    """A fresh clone's results/<device>: the committed files, with the times a checkout gives
-    them (new, in path order), without the task folders (regenerated, never committed)."""
-    src = ROOT / "results" / device
+def copy_committed(dest, device="h100", src=None):
+    """A fresh clone's results/<device>: the committed files (or those of the tree ``src``), with
+    the times a checkout gives them (new, in path order), without the task folders
+    (regenerated, never committed)."""
+    src = Path(src) if src is not None else ROOT / "results" / device
     out = Path(dest) / "results" / device
     for path in sorted(src.rglob("*")):
         rel = path.relative_to(src)
-        if rel.parts[0] in ("tasks", "attempts") or "ext" in rel.parts or not path.is_file():
+        if rel.parts[0] in ("tasks", "attempts", "stale", "tmp") or "ext" in rel.parts or not path.is_file():
             continue
         (out / rel).parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(path, out / rel)
@@ -130,3 +133,26 @@ class MarkerProcess:
         if self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait(10)
+
+
+def as_current(res) -> int:
+    """Rewrite the check and time results of a copied results tree as the current timing path
+    records them (its timing version, inputs drawn on the host): a committed tree as it is once
+    re-timed, for the tests of planning with every result current. Returns how many changed."""
+    import json
+
+    from l1bench.timing import TIMING_VERSION
+
+    changed = 0
+    for path in [*Path(res).glob("check/*.json"), *Path(res).glob("time/*/*/*.json")]:
+        got = json.loads(path.read_text())
+        params = got.get("params")
+        old = isinstance(params, dict) and params.pop("inputs_on_device", None) is not None
+        if "timing_design" in got or got.get("timing_version", TIMING_VERSION) != TIMING_VERSION:
+            got.pop("timing_design", None)
+            got["timing_version"] = TIMING_VERSION
+            old = True
+        if old:
+            path.write_text(json.dumps(got, indent=1))
+            changed += 1
+    return changed

@@ -5,16 +5,13 @@ Whatever happens, no committed file changes, and a GPU is asked for only when a 
 would really run needs one, before anything is downloaded.
 """
 
-import os
 import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
-from helpers import ROOT, SNAKEMAKE, copy_committed, copy_workflow, job_counts, run, tree_digest
+from helpers import CPU_ONLY, ROOT, SNAKEMAKE, copy_committed, copy_workflow, job_counts, run, tree_digest
 
-#: no GPU, whatever the machine has
-CPU_ONLY = dict(os.environ, CUDA_VISIBLE_DEVICES="")
 #: a mirror whose host never resolves (RFC 2606): the download fails as without network
 NO_NETWORK = "upstream:\n  base_url: http://l1bench-no-network.invalid\n"
 MISSING = "time/paper/default/L1_T001.json"  # its check passed: only a GPU can make it
@@ -22,9 +19,10 @@ EVALUATION = {"build_task", "check_task", "time_task", "scan_references"}
 
 
 @pytest.fixture
-def clone(tmp_path):
+def clone(tmp_path, current_h100):
+    """A fresh clone whose committed h100 results are all current (``current_h100``)."""
     copy_workflow(tmp_path)
-    copy_committed(tmp_path)
+    copy_committed(tmp_path, src=current_h100)
     (tmp_path / "offline.yaml").write_text(NO_NETWORK)
     return tmp_path
 

@@ -274,11 +274,10 @@ def test_bad_release_stops_with_one_line_and_writes_nothing(tmp_path):
     assert not (tmp_path / "results").exists()
 
 
-def test_committed_gpu_results_are_not_replanned(tmp_path, release_dir):
-    """A fresh clone with the committed H200 slice plans only the missing check/time jobs."""
-    committed = ROOT / "results/h100"
-    if not (committed / "check").is_dir():
-        pytest.skip("no committed h100 results")
+def test_committed_gpu_results_are_not_replanned(tmp_path, release_dir, current_h100):
+    """A fresh clone with the committed h100 results, all current, plans only the slice's missing
+    check/time jobs."""
+    committed = current_h100
     copy_workflow(tmp_path)
     shutil.copytree(committed, tmp_path / "results/h100", ignore=shutil.ignore_patterns("tasks"))
     slice_cfg = "config/slices/h100_slice41.yaml"

@@ -3,8 +3,9 @@
 A quoted number carries a marker right after it, an HTML comment naming what it is
 (``157 of 200<!--paper.default.within-->``; GitHub does not show comments). The expected value of
 each name is computed here from ``results/h100/scores.csv`` (with the tables' own statistics) and
-from the run-to-run spread page. The README's "What was measured" section may hold no number
-without a marker, apart from task ids, GPU and release names, dates and the ±15 %, ½ and 2× thresholds.
+from the run-to-run spread page and the side-by-side page of the published harness. The README's
+"What was measured" section may hold no number without a marker, apart from task ids, GPU and
+release names, dates and the ±15 %, ½ and 2× thresholds.
 """
 
 from __future__ import annotations
@@ -69,6 +70,10 @@ def expected() -> dict[str, str]:
     for r in df[(df["protocol"] == "paper") & (df["mode"] == "default")].itertuples(index=False):
         out[f"{r.tid}.published"] = fmt(r.published)
         out[f"{r.tid}.measured"] = fmt(r.measured)
+    sbs = re.search(r"\]\(([^)\s]*SIDE_BY_SIDE[^)\s]*\.md)\)", README.read_text())
+    assert sbs, "README links no side-by-side page of the published harness"
+    agree = re.search(r"\*\*(\d+ of \d+) tasks \([\d.]+ %\) agree\*\*", (ROOT / sbs.group(1)).read_text())
+    out["sbs.agree"] = agree.group(1)
     page = spread_page().read_text()
     out["spread.within"] = re.search(r"within ±15 %: \*\*(\d+ of \d+)\*\*", page).group(1)
     out["spread.median"] = re.search(r"median \*\*([\d.]+ %)\*\*", page).group(1)

@@ -347,7 +347,9 @@ def prebuild(tasks: dict, tids, ext_root, workers: int, timeout_s: float = 300,
             return tid, 0.0  # no code, or built by an earlier call
         job = {"tid": tid, "mode": "build", "build_only": True, "custom_src": task.custom_code,
                "events_path": str((job_dir / "events.jsonl").resolve())}
-        return tid, run_child(job, job_dir, timeout_s, python, child, extensions_env(ext_root, tid))["wall_s"]
+        took = run_child(job, job_dir, timeout_s, python, child, extensions_env(ext_root, tid))["wall_s"]
+        (job_dir / "job.json").unlink(missing_ok=True)  # the release's code is not kept
+        return tid, took
 
     with ThreadPoolExecutor(max(1, workers)) as pool:
         return dict(pool.map(one, tids))
