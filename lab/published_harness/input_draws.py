@@ -15,7 +15,13 @@ score = mean over trials of mean(reference)/mean(custom)) with each pair's input
 * ``device``: ``get_inputs()`` under ``torch.device("cuda")``, no synchronisation (the GPU may
   still be drawing when the pair is launched);
 * ``device_sync``: the same, then ``torch.cuda.synchronize()`` before the pair;
-* ``host_pool``: two host draws per outer trial, copied alternately (``.cuda()``) for each pair.
+* ``host_pool``: two host draws per outer trial, copied alternately (``.cuda()``) for each pair;
+* ``host_loop``: ``host``, with the rest of the harness's pair loop as well: the custom model's
+  streams looked for before every pair (a walk over ``dir(model)``), each timed call inside
+  ``with torch.cuda.stream(current)``, the order drawn by ``random.choice``, and the trial's
+  ``empty_cache`` run while its tensors are alive (they are let go of after it);
+* ``harness``: the harness's own ``eval_kernel_against_ref`` (``--harness``, the file unmodified)
+  called for each outer trial, as its ``eval_pipeline`` calls it.
 
 Strategies alternate within each repeat, so host drift falls on all alike. Uses only torch.
 Writes per task, strategy and repeat: the score, the trials' scores, the median reference and
@@ -31,7 +37,7 @@ import statistics
 import sys
 import time
 
-STRATEGIES = ("host", "device", "device_sync", "host_pool")
+STRATEGIES = ("host", "device", "device_sync", "host_pool", "host_loop", "harness")
 
 
 def load_task(release: str, tid: str) -> dict:
@@ -95,8 +101,67 @@ def time_one(fn, inputs) -> float:
     return start.elapsed_time(end)
 
 
+def find_model_streams(model) -> list:
+    """The harness's walk over a model's attributes for CUDA streams (eval_cuda.py 898-925)."""
+    import torch
+
+    streams = []
+    for name in dir(model):
+        try:
+            value = getattr(model, name)
+            if isinstance(value, torch.cuda.Stream):
+                streams.append(value)
+            elif isinstance(value, (list, tuple)):
+                streams += [v for v in value if isinstance(v, torch.cuda.Stream)]
+            elif isinstance(value, dict):
+                streams += [v for v in value.values() if isinstance(v, torch.cuda.Stream)]
+        except (AttributeError, RuntimeError):
+            continue
+    return streams
+
+
+def time_in_stream(fn, inputs) -> float:
+    """One call timed as the harness times it: events made, recorded inside ``torch.cuda.stream``."""
+    import torch
+
+    stream = torch.cuda.current_stream()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    with torch.cuda.stream(stream):
+        start.record(stream)
+        fn(*inputs)
+        end.record(stream)
+    torch.cuda.synchronize(device=torch.device("cuda:0"))
+    return start.elapsed_time(end)
+
+
+def run_harness(row: dict, harness_path: str, trials: int = 7) -> dict:
+    """The harness's own ``eval_kernel_against_ref`` for each outer trial (seed 42 + trial)."""
+    import importlib.util
+
+    import torch
+
+    spec = importlib.util.spec_from_file_location("eval_cuda", harness_path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    scores = []
+    t0 = time.perf_counter()
+    for trial in range(trials):
+        score, _, msg = mod.eval_kernel_against_ref(row["ref_code"], row["ref_code"], row["custom_code"],
+                                                    seed_num=42 + trial, num_perf_trials=10,
+                                                    device=torch.device("cuda:0"), original_eval_setup="vanilla")
+        if score is None:
+            return {"error": msg}
+        scores.append(score)
+    return {"score": statistics.fmean(scores), "trial_scores": [round(s, 4) for s in scores],
+            "loop_s": round(time.perf_counter() - t0, 2)}
+
+
 def run(model_cls, new_cls, get_inputs, get_init_inputs, strategy: str, trials: int = 7, pairs: int = 10) -> dict:
     import torch
+
+    loop = strategy == "host_loop"
+    if loop:
+        strategy = "host"
 
     draws = Draws(strategy, get_inputs)
     rng = random.Random(42)
@@ -118,20 +183,28 @@ def run(model_cls, new_cls, get_inputs, get_init_inputs, strategy: str, trials: 
                 new(*warm)
                 torch.cuda.synchronize()
             r_ms, c_ms = [], []
+            timer = time_in_stream if loop else time_one
             for _ in range(pairs):
                 inputs = draws()
                 held = inputs
-                if rng.random() < 0.5:
-                    r_ms.append(time_one(ref, inputs))
-                    c_ms.append(time_one(new, inputs))
+                ref_first = random.choice([True, False]) if loop else rng.random() < 0.5
+                if loop:
+                    find_model_streams(new)
+                if ref_first:
+                    r_ms.append(timer(ref, inputs))
+                    c_ms.append(timer(new, inputs))
                 else:
-                    c_ms.append(time_one(new, inputs))
-                    r_ms.append(time_one(ref, inputs))
+                    c_ms.append(timer(new, inputs))
+                    r_ms.append(timer(ref, inputs))
             scores.append(statistics.fmean(r_ms) / statistics.fmean(c_ms))
             refs += r_ms
             cuss += c_ms
+            if loop:  # the harness's cleanup: empty_cache while the trial's tensors are alive
+                torch.cuda.empty_cache()
+                torch.cuda.synchronize()
             del ref, new, warm, held, inputs
-            torch.cuda.empty_cache()
+            if not loop:
+                torch.cuda.empty_cache()
     return {"score": statistics.fmean(scores), "trial_scores": [round(s, 4) for s in scores],
             "ref_ms_median": statistics.median(refs), "custom_ms_median": statistics.median(cuss),
             "first_ref_ms": [round(refs[i * pairs], 4) for i in range(trials)],
@@ -145,6 +218,7 @@ def main(argv=None) -> int:
     ap.add_argument("--strategies", default=",".join(STRATEGIES))
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--out", required=True)
+    ap.add_argument("--harness", default=".release/eval/eval_cuda.py", help="eval_cuda.py for the harness strategy")
     args = ap.parse_args(argv)
     import torch
 
@@ -153,7 +227,8 @@ def main(argv=None) -> int:
            "runs": []}
     for tid in [t for t in args.tasks.split(",") if t]:
         try:
-            parts = classes(load_task(args.release, tid))
+            row = load_task(args.release, tid)
+            parts = classes(row)
         except Exception as err:  # noqa: BLE001 - a task that does not load is recorded, not fatal
             out["runs"].append({"tid": tid, "error": f"{type(err).__name__}: {str(err)[:200]}"})
             continue
@@ -161,7 +236,7 @@ def main(argv=None) -> int:
             order = strategies if rep % 2 == 0 else strategies[::-1]
             for strategy in order:
                 try:
-                    got = run(*parts, strategy)
+                    got = run_harness(row, args.harness) if strategy == "harness" else run(*parts, strategy)
                 except Exception as err:  # noqa: BLE001
                     got = {"error": f"{type(err).__name__}: {str(err)[:200]}"}
                 out["runs"].append({"tid": tid, "strategy": strategy, "repeat": rep} | got)

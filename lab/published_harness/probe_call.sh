@@ -9,7 +9,8 @@ mkdir -p "$out"
 export TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST:-9.0} PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader | tee "$out/probe.log"
 timeout "${2:-200}" python3 lab/published_harness/input_draws.py --release .release/optimized_cuda_code/h100.json \
-    --tasks "${PROBE_TASKS:?}" --repeats "${REPEATS:-2}" --out "$out/draws.json" >>"$out/probe.log" 2>&1
+    --tasks "${PROBE_TASKS:?}" --repeats "${REPEATS:-2}" --out "$out/draws.json" \
+    ${STRATEGIES:+--strategies "$STRATEGIES"} >>"$out/probe.log" 2>&1
 echo "probe exit $?" >>"$out/probe.log"
 if [ -n "${TASKS:-}" ]; then
     BUDGET_S=${3:-360} PUB_CPUS=${PUB_CPUS:-15} bash lab/published_harness/gpu_run.sh "$out/sbs" 99 99
