@@ -16,6 +16,9 @@ score = mean over trials of mean(reference)/mean(custom)) with each pair's input
   still be drawing when the pair is launched);
 * ``device_sync``: the same, then ``torch.cuda.synchronize()`` before the pair;
 * ``host_pool``: two host draws per outer trial, copied alternately (``.cuda()``) for each pair;
+* ``host_pool_idle``: ``host_pool``, the GPU left idle before each pair for as long as one host
+  draw takes, at most 50 ms (does the GPU's state after a long idle host draw differ from its
+  state after 50 ms?);
 * ``host_loop``: ``host``, with the rest of the harness's pair loop as well: the custom model's
   streams looked for before every pair (a walk over ``dir(model)``), each timed call inside
   ``with torch.cuda.stream(current)``, the order drawn by ``random.choice``, and the trial's
@@ -37,7 +40,9 @@ import statistics
 import sys
 import time
 
-STRATEGIES = ("host", "device", "device_sync", "host_pool", "host_loop", "harness")
+STRATEGIES = ("host", "device", "device_sync", "host_pool", "host_pool_idle", "host_loop", "harness")
+#: The longest idle gap ``host_pool_idle`` leaves before a pair (seconds).
+IDLE_CAP_S = 0.05
 
 
 def load_task(release: str, tid: str) -> dict:
@@ -69,17 +74,22 @@ class Draws:
 
     def __init__(self, strategy: str, get_inputs):
         self.strategy, self.get_inputs, self.pool, self.k = strategy, get_inputs, [], 0
+        self.draw_s = 0.0
 
     def trial(self) -> None:
-        if self.strategy == "host_pool":
+        if self.strategy in ("host_pool", "host_pool_idle"):
+            t0 = time.perf_counter()
             self.pool, self.k = [self.get_inputs(), self.get_inputs()], 0
+            self.draw_s = (time.perf_counter() - t0) / 2
 
     def __call__(self):
         import torch
 
         if self.strategy == "host":
             return [x.cuda() if isinstance(x, torch.Tensor) else x for x in self.get_inputs()]
-        if self.strategy == "host_pool":
+        if self.strategy in ("host_pool", "host_pool_idle"):
+            if self.strategy == "host_pool_idle":
+                time.sleep(min(self.draw_s, IDLE_CAP_S))  # the GPU idle, as after a host draw
             vals = self.pool[self.k % 2]
             self.k += 1
             return [x.cuda() if isinstance(x, torch.Tensor) else x for x in vals]
