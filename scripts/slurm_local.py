@@ -6,6 +6,7 @@ without a cluster::
 
     sudo python scripts/slurm_local.py start /tmp/slurm   # prints the L1_SLURM_* settings
     sudo python scripts/slurm_local.py stop /tmp/slurm
+    sudo python scripts/slurm_local.py install /tmp/slurm # only the packages (CI, ahead of the test)
 
 As root it installs what is missing from Debian's packages (``slurm-wlm``, ``slurmdbd``,
 ``munge``, ``mariadb-server``; services are not started by the packages), then starts:
@@ -124,7 +125,7 @@ def slurm_conf(lay: Layout, hardware: dict[str, str], gpus: int) -> str:
         "SlurmdUser=root",
         "AuthType=auth/munge",
         # a requeued (preempted) job may start again after cred_expire seconds (default 120)
-        "AuthInfo=cred_expire=30",
+        "AuthInfo=cred_expire=5",
         "CredType=cred/munge",
         f"StateSaveLocation={w('state')}",
         f"SlurmdSpoolDir={w('spool')}",
@@ -342,7 +343,7 @@ class Cluster:
             raise SlurmUnavailable(f"sacct failed: {_last_line(out.stderr)}")
         return [dict(zip(fields, line.split("|"), strict=False)) for line in out.stdout.splitlines() if line.strip()]
 
-    def sacct_lines(self, fmt="JobIDRaw,Partition%9,State%12,ExitCode,Elapsed,AllocTRES%45,Comment%60",
+    def sacct_lines(self, fmt="JobIDRaw,Partition%9,State%12,ExitCode,Start,End,AllocTRES%45,Comment%60",
                     duplicates: bool = False) -> str:
         """sacct's table of every job (as a person reads it); ``duplicates``: with the earlier
         runs of requeued jobs."""
@@ -563,11 +564,16 @@ def _start_slurm(cluster: Cluster, lay: Layout, log: Path, timeout: float) -> No
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("action", choices=("start", "stop"))
+    ap.add_argument("action", choices=("start", "stop", "install"))
     ap.add_argument("workdir", type=Path, help="state, logs and database of the cluster")
     ap.add_argument("--no-install", action="store_true", help="do not apt-get install missing packages")
     args = ap.parse_args(argv)
     try:
+        if args.action == "install":
+            args.workdir.mkdir(parents=True, exist_ok=True)
+            install_packages(args.workdir / "apt.log")
+            print("SLURM's packages are installed")
+            return 0
         if args.action == "start":
             cluster = start(args.workdir, install=not args.no_install)
             print(f"SLURM is up: node {cluster.node} ({cluster.cpus} CPUs, {cluster.gpus} fake GPUs), "

@@ -8,7 +8,11 @@ partitions ``cpu`` and ``gpu``, fake GPUs as GRES) and stops it afterwards. With
 where the packages cannot be installed, it skips with one line.
 
 The same demo runs twice from two copies of the workflow: locally (the default profile) and
-through SLURM. Both runs time on the CPU, so their scores differ from run to run; the test
+through SLURM, both on a selection of its tasks and modes (DEMO_CONFIG) that holds every kind of
+job the profile runs: a build, a check and a time job that succeed, a task whose check fails
+(its time jobs report it), the hanging and crashing tasks (their checks break and are retried),
+a task without code, eager modes (served by the task worker) and a torch.compile mode (a process
+per job). Both runs time on the CPU, so their scores differ from run to run; the test
 compares what must not differ: the set of results and every status (build, check, time, the
 reference scan's verdicts, the attempts ledgers of the two broken tasks, and the rows and
 statuses of scores.csv), never a timing number. The demo's hanging and crashing tasks fail
@@ -33,6 +37,13 @@ pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 ENABLE_ENV = "L1_SLURM_TEST"
 GPU_RULES = {"check_task", "time_task"}
 BROKEN = ("L1_T005", "L1_T006")  # the demo's hanging and crashing tasks
+#: the demo's tasks that run (L1_T001 ...): correct and faster, correct and slower, incorrect, hangs,
+#: crashes, no code; and its modes: one eager, one torch.compile
+TASKS = ["1/1", "1/2", "1/3", "1/5", "1/6", "1/7"]
+MODES = ["default", "torch_compile"]
+#: The hanging task holds the device lock until demo_section (10 s by default) runs out, three
+#: times; legitimate demo sections hold it for well under a second.
+DEMO_CONFIG = ["device=demo", f"tasks={json.dumps(TASKS)}", f"modes={json.dumps(MODES)}", "timeouts={demo_section: 4}"]
 MAX_ATTEMPTS = 3  # config max_attempts: the broken checks' attempts within one run
 #: The plugin checks job states every few seconds here (40 s by default), files appear at once.
 FAST = ["--slurm-init-seconds-before-status-checks", "3", "--latency-wait", "5"]
@@ -61,22 +72,34 @@ def snakemake(workdir, args, env=None, timeout=900):
 
 
 def slurm_args(*extra):
-    return ["--workflow-profile", "profiles/slurm", *FAST, "--config", "device=demo", *extra]
+    return ["--workflow-profile", "profiles/slurm", *FAST, "--config", *DEMO_CONFIG, *extra]
 
 
 @pytest.fixture(scope="module")
 def runs(cluster, tmp_path_factory):
-    """The demo run locally and through SLURM: each ends in one run, with its tables."""
-    local = tmp_path_factory.mktemp("local")
+    """The demo run locally and through SLURM at the same time (each with a device lock of its
+    own, so neither waits for the other's hanging task): each ends in one run, with its tables."""
+    local, remote = tmp_path_factory.mktemp("local"), tmp_path_factory.mktemp("remote")
     copy_workflow(local)
-    first, local_log = snakemake(local, ["--cores", "2", "--config", "device=demo"])
-
-    remote = tmp_path_factory.mktemp("remote")
     copy_workflow(remote)
-    env = cluster.profile_env()
-    t0 = time.monotonic()
-    s_first, s_log = snakemake(remote, slurm_args(), env)
-    print(f"demo through SLURM: {time.monotonic() - t0:.0f} s; sacct:\n{cluster.sacct_lines()}")
+    local_env = {"L1BENCH_LOCK_DIR": str(tmp_path_factory.mktemp("lock-local"))}
+    env = {**cluster.profile_env(), "L1BENCH_LOCK_DIR": str(tmp_path_factory.mktemp("lock-remote"))}
+    took = {}
+
+    def run(name, workdir, args, env):
+        t0 = time.monotonic()
+        took[name] = snakemake(workdir, args, env)
+        print(f"demo {name}: {time.monotonic() - t0:.0f} s")
+
+    beside = threading.Thread(target=run, args=("locally", local, ["--cores", "2", "--config", *DEMO_CONFIG],
+                                                local_env))
+    beside.start()
+    try:
+        run("through SLURM", remote, slurm_args(), env)
+    finally:
+        beside.join()
+    (first, local_log), (s_first, s_log) = took["locally"], took["through SLURM"]
+    print(f"sacct:\n{cluster.sacct_lines()}")
     return {"local": local, "remote": remote, "local_rc": first.returncode, "remote_rc": s_first.returncode,
             "logs": [s_log], "local_log": local_log, "env": env}
 
@@ -122,7 +145,8 @@ def test_demo_through_slurm_ends_as_the_local_run(runs):
     local, remote = runs["local"], runs["remote"]
     assert runs["local_rc"] == 0 and runs["remote_rc"] == 0, runs["logs"][0][-3000:]
     want = statuses(local)
-    assert len(want) == 11 + 11 + 11 * 5  # builds, checks and time results of every task
+    n = len(TASKS)
+    assert len(want) == n + n + n * len(MODES)  # builds, checks and time results of every task
     assert statuses(remote) == want
     assert {want[f"check/{t}.json"] for t in BROKEN} == {"timeout", "crashed"}
     assert ledgers(remote) == ledgers(local) == {}  # the terminal results replace the ledgers
@@ -130,7 +154,7 @@ def test_demo_through_slurm_ends_as_the_local_run(runs):
         for tid in BROKEN:
             reason = json.loads((tree / f"results/demo/check/{tid}.json").read_text())["reason"]
             assert reason.startswith(f"broke in all {MAX_ATTEMPTS} attempts"), reason
-    assert score_rows(remote) == score_rows(local) and len(score_rows(local)) == 11 * 5
+    assert score_rows(remote) == score_rows(local) and len(score_rows(local)) == n * len(MODES)
     assert scan_verdicts(remote) == scan_verdicts(local)
     # each job is an allocation of its own: its task worker served its one step only (locally, a
     # worker serves several steps of its task)
@@ -157,9 +181,10 @@ def test_every_job_went_through_sbatch(runs, cluster):
     retried = Counter({"check_task": len(BROKEN) * (MAX_ATTEMPTS - 1)})
     assert set(rules) == set(ran) and all(rules[k] == ran[k] for k in ran if k != "check_task"), (rules, ran)
     # a broken check's later attempts run as new submissions or inside its allocation (the job's own
-    # Snakemake honours the rule's retries): 11 to 15 check jobs
-    assert rules["build_task"] == 11 and rules["time_task"] == 55
-    assert 11 <= rules["check_task"] <= 11 + retried["check_task"], rules
+    # Snakemake honours the rule's retries)
+    n = len(TASKS)
+    assert rules["build_task"] == n and rules["time_task"] == n * len(MODES)
+    assert n <= rules["check_task"] <= n + retried["check_task"], rules
     for r in records:
         rule = re.match(r"rule_(\w+?)(_wildcards_|$)", r["Comment"]).group(1)
         gpu = rule in GPU_RULES
