@@ -781,39 +781,32 @@ def test_tables_count_scores_by_timing_version_current_or_earlier():
     from l1bench.aggregate.load import _row
     from l1bench.aggregate.markdown import timing_version_lines
     from l1bench.aggregate.stats import timing_version_counts
+    from l1bench.timing import TIMING_VERSION as V
 
-    # the current version per mode: 7 for the eager modes, 4 for the compile modes
-    current = {"default": 7, "cudnn": 7, "cuda_graph": 7, "torch_compile": 4, "torch_compile_reduce_overhead": 4}
     df = pd.DataFrame({
         "status": ["ok"] * 5 + ["incorrect"],
         "mode": ["default", "cudnn", "cuda_graph", "torch_compile", "torch_compile_reduce_overhead", "default"],
-        "timing_design": [4, 7, 4, 4, 7, None],
+        "timing_version": [V - 4, V, V - 4, V - 4, V, None],
     })
-    # a compile-mode score of version 7 is current: its mode is timed as in version 4 since
-    assert timing_version_counts(df, current.get) == {(7, True): 2, (4, True): 1, (4, False): 2}
-    lines = timing_version_lines(df, current.get)
+    assert timing_version_counts(df) == {(V, True): 2, (V - 4, False): 3}
+    lines = timing_version_lines(df)
     assert lines[0] == (
-        "Scores by timing version (`timing_design` in scores.csv): 2 of version 7 (current); 1 of version 4 (current); "
-        "2 of version 4 (earlier: its mode is timed otherwise now)."
+        f"Scores by timing version (`timing_version` in scores.csv): 2 of version {V} (current); "
+        f"3 of version {V - 4} (earlier)."
     )
     assert lines[2] == (
-        "A score is current where the workflow times its mode today as its version did (version 7 or later for "
-        "Default, CUDA Graph and cuDNN; version 4 or later for Torch Compile and Torch Compile RO); an earlier "
-        "score stays until it is measured again."
+        f"A score is current when the workflow's timing version ({V}) made it; an earlier score stays until it "
+        "is measured again."
     )
-    renewed = df.assign(timing_design=[7, 7, 7, 4, 4, None])
-    first = timing_version_lines(renewed, current.get)[0]
-    assert first.endswith(": 3 of version 7 (current); 2 of version 4 (current).")
-    assert timing_version_lines(renewed, current.get)[2].endswith("; every score is current.")
-    assert "design" not in " ".join(timing_version_lines(df, current.get)).replace("`timing_design`", "")
-    # version 1 (no isolation) is explained where a score carries it
-    assert "Version 1 timed without isolation" in timing_version_lines(df.assign(timing_design=1), current.get)[-1]
-    assert timing_version_lines(df[df["status"] != "ok"], current.get) == []
-    # a time result records its version under either key, or none (version 1)
+    renewed = df.assign(timing_version=[V] * 5 + [None])
+    assert timing_version_lines(renewed)[0].endswith(f": 5 of version {V} (current).")
+    assert timing_version_lines(renewed)[2].endswith("; every score is current.")
+    assert timing_version_lines(df[df["status"] != "ok"]) == []
+    # a time result records its version under either key, or none
     meta = {"level": 1, "task": 1}
-    for t, version in (({}, 1), ({"timing_design": 4}, 4), ({"timing_version": 8}, 8)):
+    for t, version in (({}, None), ({"timing_design": 4}, 4), ({"timing_version": 8}, 8)):
         row = _row("L1_T001", "default", "paper", meta, {}, {"status": "ok", "score": 1.0, **t})
-        assert row["timing_design"] == version
+        assert row["timing_version"] == version
 
 
 def test_findings_say_when_a_selection_holds_no_task(tree):

@@ -266,7 +266,6 @@ def no_worker_needed(
 def timing_version(result: Mapping) -> int | None:
     """The timing version (:data:`l1bench.timing.TIMING_VERSION`) a check or time result was made
     with: its ``timing_version``, or ``timing_design`` in results written before that field (the
-    same numbers); None where it records neither (results before the timing-isolation work:
-    version 1)."""
+    same numbers); None where it records neither."""
     value = result.get("timing_version", result.get("timing_design"))
     return None if value is None else int(value)

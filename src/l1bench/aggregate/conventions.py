@@ -81,8 +81,8 @@ COLUMNS = [
     # without the pairs that hold one (the measured score itself is the harness's, unchanged)
     "stalled_calls",
     "score_without_stalls",
-    # the timing version that made the score (results.timing_version; 1 = timed without isolation)
-    "timing_design",
+    # the timing version that made the score (results.timing_version)
+    "timing_version",
 ]
 
 NA = "–"  # shown for a missing number

@@ -188,5 +188,5 @@ def _row(tid, mode, proto, meta: dict, check: dict, t: dict | None) -> dict:
         "python": prov.get("python"),
         "stalled_calls": stall["stalled_calls"] if stall else None,
         "score_without_stalls": _num(stall["score_without"]) if stall and stall["stalled_calls"] else math.nan,
-        "timing_design": (timing_version(t) or 1) if status == Status.OK else None,
+        "timing_version": timing_version(t) if status == Status.OK else None,
     }

@@ -11,14 +11,13 @@ import pandas as pd
 from tabulate import tabulate
 
 from ..results import AGREEMENT, Flag, Status
-from ..timing import hostclock, stalls
+from ..timing import TIMING_VERSION, hostclock, stalls
 from .conventions import MISSING, MISSING_AS_ONE, NA, SPEEDUP_THRESHOLD, STAT_ROWS, _mode_key, _mode_label, status_class
 from .stats import (
     _levels,
     _modes,
     _protocols,
     _select,
-    current_timing_version,
     flag_counts,
     stall_sensitivity,
     status_counts,
@@ -151,31 +150,20 @@ def _flag_table(df) -> str:
     return md_table(rows, headers, ["left"] + ["right"] * (len(headers) - 1))
 
 
-def timing_version_lines(df, current_of=current_timing_version) -> list[str]:
-    """How many scores each timing version made, current (their mode is timed today as their
-    version did: version ``current_of(mode)`` or later) or earlier; nothing when no score records one."""
-    counts = timing_version_counts(df, current_of)
+def timing_version_lines(df) -> list[str]:
+    """How many scores each timing version made, current (made by the workflow's timing version)
+    or earlier; nothing when no score records one."""
+    counts = timing_version_counts(df)
     if not counts:
         return []
-    parts = "; ".join(
-        f"{n} of version {v} ({'current' if cur else 'earlier: its mode is timed otherwise now'})"
-        for (v, cur), n in counts.items()
-    )
-    by_version: dict[int, list[str]] = {}
-    for mode in _modes(df):
-        by_version.setdefault(current_of(mode), []).append(_mode_label(mode))
-    now = "; ".join(f"version {v} or later for {_and(labels)}" for v, labels in by_version.items())
+    parts = "; ".join(f"{n} of version {v} ({'current' if cur else 'earlier'})" for (v, cur), n in counts.items())
     earlier = any(not cur for _, cur in counts)
-    lines = [
-        f"Scores by timing version (`timing_design` in scores.csv): {parts}.",
+    return [
+        f"Scores by timing version (`timing_version` in scores.csv): {parts}.",
         "",
-        f"A score is current where the workflow times its mode today as its version did ({now})"
+        f"A score is current when the workflow's timing version ({TIMING_VERSION}) made it"
         + ("; an earlier score stays until it is measured again." if earlier else "; every score is current."),
     ]
-    if any(v == 1 for v, _ in counts):
-        lines += ["", "Version 1 timed without isolation from other jobs: their start-up, driver calls and "
-                      "threads could reach its timed calls."]
-    return lines
 
 
 def _and(items: list[str]) -> str:

@@ -13,6 +13,7 @@ import numpy as np
 import pandas as pd
 
 from ..results import AGREEMENT, Status
+from ..timing import TIMING_VERSION
 from .conventions import MISSING, MISSING_AS_ONE, SPEEDUP_THRESHOLD, STAT_ROWS, _mode_key, _protocol_key, status_class
 
 
@@ -184,22 +185,14 @@ def stall_sensitivity(df) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def current_timing_version(mode: str) -> int:
-    """The oldest timing version whose results of ``mode`` are timed as the workflow times the
-    mode now: :data:`l1bench.timing.TIMING_VERSION` for every mode."""
-    from ..timing import TIMING_VERSION
-
-    return TIMING_VERSION
-
-
-def timing_version_counts(df, current_of=current_timing_version) -> dict[tuple[int, bool], int]:
+def timing_version_counts(df) -> dict[tuple[int, bool], int]:
     """{(timing version, current?): scored time results}, newest version first and, within one
-    version, current first. A result is current when its version is the one ``current_of(mode)``
-    names for its mode or a later one (``timing_design`` column)."""
-    if "timing_design" not in df or "mode" not in df:
+    version, current first. A result is current when the workflow's :data:`TIMING_VERSION`
+    timed it (``timing_version`` column)."""
+    if "timing_version" not in df or "mode" not in df:
         return {}
-    ok = df[(df["status"] == Status.OK) & df["timing_design"].notna()]
-    version = ok["timing_design"].astype(int)
-    current = version >= ok["mode"].map(current_of)
+    ok = df[(df["status"] == Status.OK) & df["timing_version"].notna()]
+    version = ok["timing_version"].astype(int)
+    current = version >= TIMING_VERSION
     counts = pd.Series(list(zip(version, current, strict=True)), dtype=object).value_counts()
     return {(int(v), bool(c)): int(n) for (v, c), n in sorted(counts.items(), key=lambda kv: (-kv[0][0], not kv[0][1]))}
