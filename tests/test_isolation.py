@@ -373,32 +373,56 @@ def test_bound_labels():
         "neither", "ref", "custom", "both"]
 
 
-def test_each_timed_pair_lets_go_of_the_inputs_before_only_once_it_has_new_ones():
+def test_each_timed_pair_copies_its_inputs_once_the_ones_before_are_let_go_of(monkeypatch):
     """The published harness's ``inputs`` variable: the reference warm-up's inputs are held until
-    the first timed pair has drawn its own, and each pair's until the next pair's exist."""
+    the first timed pair has drawn its own on the host; each pair's device inputs are let go of
+    after the next pair's host draw and before its copy to the device; the last warm-up output
+    (the harness's ``_``) is held through the timed pairs."""
     import weakref
 
     class Inputs(list):
         pass
 
-    drawn: list = []
+    log: list = []
+    copies: list = []
 
-    def make():
-        alive = [i for i, ref in enumerate(drawn) if ref() is not None]
-        new = Inputs([len(drawn), alive])  # which draws were alive when this one was made
-        drawn.append(weakref.ref(new))
+    def get_inputs():
+        log.append(("draw", [i for i, ref in enumerate(copies) if ref() is not None]))
+        return ["host"]
+
+    def to_device(values, device):
+        log.append(("copy", [i for i, ref in enumerate(copies) if ref() is not None]))
+        new = Inputs([len(copies)])
+        copies.append(weakref.ref(new))
         return new
 
-    held = harness.HeldInputs(make)  # the reference warm-up's inputs, draw 0
-    assert [ref() is not None for ref in drawn] == [True]
+    monkeypatch.setattr(harness, "to_device", to_device)
+
+    class Out:
+        pass
+
+    outputs: list = []
+
+    def model(*_x):
+        out = Out()
+        outputs.append(weakref.ref(out))
+        return out
+
+    held = harness.HeldInputs(get_inputs, "cpu")  # the reference warm-up's inputs, copy 0
+    held.warm_output = harness.warm_up(model, model, [], 3, "cpu")
+    assert [o() is not None for o in outputs] == [False] * 5 + [True]  # only the last is held
     seen = []
-    ref, cus = harness.timed_pairs(
-        lambda *x: seen.append(list(x)), lambda *x: None, held.draw, 3, random.Random(1), "cpu", [],
+    harness.timed_pairs(
+        lambda *x: seen.append(x[0]), lambda *x: None, held.draw, 3, random.Random(1), "cpu", [],
         hostclock.Ledger(), 0, FakeClock(),
-        reset=lambda: harness.renew_first_pair(lambda *x: None, lambda *x: None, [], held, "cpu"),
+        reset=lambda: harness.renew_first_pair(model, model, [], held, "cpu"),
     )
-    assert [s[0] for s in seen] == [1, 2, 3]  # the timed calls ran on draws 1, 2, 3
-    assert [s[1] for s in seen] == [[0], [1], [2]]  # each drawn while the one before was held
-    assert [ref() is not None for ref in drawn] == [False, False, False, True]  # the last is held
-    harness.renew_first_pair(lambda *x: None, lambda *x: None, [], held, "cpu")
-    assert drawn[-1]()[1] == []  # after a reset the warm-up's inputs are drawn anew, nothing else held
+    assert seen == [1, 2, 3]  # the timed calls ran on copies 1, 2, 3
+    # each host draw while the copy before was held; each copy once that one was let go of
+    assert log == [("draw", []), ("copy", []), ("draw", [0]), ("copy", []), ("draw", [1]), ("copy", []),
+                   ("draw", [2]), ("copy", [])]
+    assert [ref() is not None for ref in copies] == [False, False, False, True]  # the last is held
+    assert outputs[5]() is held.warm_output  # the warm-up's last output, through the timed pairs
+    harness.renew_first_pair(model, model, [], held, "cpu")
+    assert copies[-1]() is held.current and len(copies) == 5  # the warm-up's inputs anew
+    assert held.warm_output is outputs[-1]()  # and the one warm-up call's output held

@@ -328,7 +328,7 @@ def test_the_timing_version_and_the_version_older_results_record():
     from l1bench import timing
     from l1bench.results import timing_version
 
-    assert timing.TIMING_VERSION == 8
+    assert timing.TIMING_VERSION == 9
     assert timing_version({"timing_version": 7}) == 7 and timing_version({"timing_design": 4}) == 4
     assert timing_version({}) is None
 

@@ -1,13 +1,14 @@
 """GPU timing: how a check or time step holds the GPU, times its calls and is served.
 
 Every check and time result records the version of this path that made it, ``timing_version``
-(:data:`TIMING_VERSION`; older results: :func:`l1bench.results.timing_version`). Version 8: the
+(:data:`TIMING_VERSION`; older results: :func:`l1bench.results.timing_version`). Version 9: the
 GPU touched only inside the lock, the lock holder on a timing CPU of its own, disturbed and
 driver-stalled pairs timed again, a task's check and eager-mode time steps served by one
 process per task, the torch.compile modes in a process per step; inputs drawn on the host and
-copied, and held through an outer trial as the published harness holds them
-(:class:`l1bench.timing.harness.HeldInputs`). Results of another version are stale.
+copied, held and let go of through an outer trial as the published harness does, its last
+warm-up output held through the timed pairs (:class:`l1bench.timing.harness.HeldInputs`).
+Results of another version are stale.
 """
 
 #: The timing version new check and time results record (``timing_version``).
-TIMING_VERSION = 8
+TIMING_VERSION = 9

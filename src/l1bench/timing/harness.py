@@ -13,7 +13,7 @@ import time
 from l1bench import tolerance
 from l1bench.release import BASELINE_SNIPPET
 from l1bench.results import Status
-from l1bench.snippet import build_model, flatten_outputs, make_inputs, set_seed, short
+from l1bench.snippet import build_model, flatten_outputs, make_inputs, set_seed, short, to_device
 from l1bench.worker.outcome import guarded
 
 #: Modes timed against their own baseline snippet (split names it after the mode); GPU only.
@@ -368,40 +368,49 @@ def driver_allocations(stats: dict, device: str):
 
 
 class HeldInputs:
-    """The published harness's ``inputs`` variable through an outer trial. It first holds the
-    inputs of the trial's reference warm-up (``warmup_src``, eval_cuda.py 736–737); each timed
-    pair draws new inputs (:meth:`draw`) while the ones before are still held, and only then
-    lets them go (the harness's ``inputs = get_inputs()`` in its timing loop). So the blocks
-    the caching allocator reuses in a timed call are the ones the harness's reuse: the first
-    pair's reference output takes the block of the warm-up inputs just let go of instead of a
-    new allocation from the driver.
+    """What the published harness holds on the device through an outer trial: its ``inputs``
+    variable and its ``_``.
+
+    ``inputs`` first holds the inputs of the trial's reference warm-up (``warmup_src``,
+    eval_cuda.py 736-737). Each timed pair (:meth:`draw`) draws its inputs on the host
+    (``inputs = get_inputs()``, which lets the device inputs before go) and only then copies
+    them to the device (``inputs = [x.cuda() ...]``, eval_cuda.py 884-885), so the copies can
+    take the blocks just let go of. ``_`` (:attr:`warm_output`) holds the last warm-up call's
+    output, the custom model's, through the timed pairs (eval_cuda.py 862-865).
     """
 
-    def __init__(self, make):
-        self.make = make
-        self.current = make()
+    def __init__(self, get_inputs, device: str):
+        self.get_inputs, self.device = get_inputs, device
+        self.warm_output = None
+        self.current = None
+        self.current = to_device(get_inputs(), device)
 
     def draw(self):
-        new = self.make()
-        self.current = new  # the inputs before are let go of only now
-        return new
+        host = self.get_inputs()
+        self.current = None  # the device inputs before, let go of once the new ones are drawn
+        self.current = to_device(host, self.device)
+        return self.current
 
 
 def renew_first_pair(base, custom, warm_inputs, held: HeldInputs, device: str) -> None:
     """The state before a trial's first timed pair, again: the reference warm-up's inputs held
-    anew and one warm-up call of both models."""
-    held.current = None
-    held.current = held.make()
-    warm_up(base, custom, warm_inputs, 1, device)
+    anew and one warm-up call of both models, its output held."""
+    held.current = held.warm_output = None
+    held.current = to_device(held.get_inputs(), device)
+    held.warm_output = warm_up(base, custom, warm_inputs, 1, device)
 
 
-def warm_up(base, custom, inputs, n: int, device: str) -> None:
-    """The harness's warm-up: ``n`` calls of both models on one input set, synchronised."""
+def warm_up(base, custom, inputs, n: int, device: str):
+    """The harness's warm-up: ``n`` calls of both models on one input set, synchronised; each
+    output held until the next call's is made (the harness's ``_ = model(...)``). Returns the
+    last one."""
+    last = None
     with guarded("warm-up", Status.RUNTIME_ERROR):
         for _ in range(n):
-            base(*inputs)
-            custom(*inputs)
+            last = base(*inputs)
+            last = custom(*inputs)
             synchronize(device)
+    return last
 
 
 def correctness_trials(original, custom, get_inputs, device: str, p: dict, tolerances=None) -> tuple:

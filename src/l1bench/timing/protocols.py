@@ -150,7 +150,7 @@ class PaperProtocol(TimingProtocol):
             setup.read_clocks("before")
             with phase(stats, "models to device"):
                 warm_model = move(warm_cpu, device)
-                held = HeldInputs(lambda: make_inputs(get_inputs, device))
+                held = HeldInputs(get_inputs, device)
                 with guarded("the reference's warm-up run", Status.BASELINE_ERROR):
                     warm_model(*held.current)
                     synchronize(device)
@@ -171,7 +171,7 @@ class PaperProtocol(TimingProtocol):
         device, p, stats = setup.device, setup.p, setup.stats
         base, custom, streams, warm_inputs, held = placed
         with phase(stats, "warm-up calls"):
-            warm_up(base, custom, warm_inputs, p["warmup"], device)
+            held.warm_output = warm_up(base, custom, warm_inputs, p["warmup"], device)
         with phase(stats, "timed pairs"), gpulock.DeviceLock.no_pause(), driver_allocations(stats, device):
             return timed_pairs(
                 base,
