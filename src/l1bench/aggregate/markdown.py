@@ -166,11 +166,6 @@ def timing_version_lines(df) -> list[str]:
     ]
 
 
-def _and(items: list[str]) -> str:
-    """``a``, ``a and b``, ``a, b and c``."""
-    return items[0] if len(items) == 1 else f"{', '.join(items[:-1])} and {items[-1]}"
-
-
 def render_summary_markdown(df, note: str | None = None) -> str:
     """Per protocol and mode: published next to measured, per level and overall. ``note``: a
     sentence under the first paragraph (where the release was published and measured)."""

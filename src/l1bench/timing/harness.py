@@ -382,7 +382,6 @@ class HeldInputs:
     def __init__(self, get_inputs, device: str):
         self.get_inputs, self.device = get_inputs, device
         self.warm_output = None
-        self.current = None
         self.current = to_device(get_inputs(), device)
 
     def draw(self):
@@ -395,8 +394,8 @@ class HeldInputs:
 def renew_first_pair(base, custom, warm_inputs, held: HeldInputs, device: str) -> None:
     """The state before a trial's first timed pair, again: the reference warm-up's inputs held
     anew and one warm-up call of both models, its output held."""
-    held.current = held.warm_output = None
-    held.current = to_device(held.get_inputs(), device)
+    held.warm_output = None
+    held.draw()
     held.warm_output = warm_up(base, custom, warm_inputs, 1, device)
 
 
