@@ -156,8 +156,9 @@ def test_demo_through_slurm_ends_as_the_local_run(runs):
             assert reason.startswith(f"broke in all {MAX_ATTEMPTS} attempts"), reason
     assert score_rows(remote) == score_rows(local) and len(score_rows(local)) == n * len(MODES)
     assert scan_verdicts(remote) == scan_verdicts(local)
-    # each job is an allocation of its own: its task worker served its one step only (locally, a
-    # worker serves several steps of its task)
+    # each job is an allocation of its own: its task worker served its one step only (that a local
+    # worker serves several steps of its task is test_task_worker's: here the local run shares the
+    # machine with the cluster, and a task's time job may come after its worker's idle exit)
     def served(tree):
         found = (json.loads(p.read_text()).get("provenance", {}).get("task_worker")
                  for p in sorted((tree / "results/demo").glob("*/**/*.json")))
@@ -165,7 +166,6 @@ def test_demo_through_slurm_ends_as_the_local_run(runs):
 
     assert served(remote) and all(w["step"] == 1 and w["retired_after"].startswith("served 1 step")
                                   for w in served(remote))
-    assert any(w["step"] > 1 for w in served(local))
 
 
 def test_every_job_went_through_sbatch(runs, cluster):
