@@ -70,7 +70,7 @@ def _make_current_h100(tmp_path_factory, release_dir):
 
 @pytest.fixture(scope="session")
 def tasks(tmp_path_factory):
-    """The embedded demo release split into task folders, once for the whole session. Tests
+    """The embedded demo release split into task folders, once per test run. Tests
     read it; a test that needs a changed task copies it into its own tmp_path first."""
     root = tmp_path_factory.mktemp("tasks")
     split.split_release(release.load_release(DEMO), root, "demo", {"path": "demo", "sha256": "x"})
