@@ -368,11 +368,6 @@ def test_the_ledger_records_each_sides_median_launch():
     assert ledger.summary()["launch_median_us"] == {"ref": 200, "custom": 4900}
 
 
-def test_bound_labels():
-    assert [hostclock.bound_label(s) for s in ([], ["ref"], ["custom"], ["ref", "custom"])] == [
-        "neither", "ref", "custom", "both"]
-
-
 def test_each_timed_pair_copies_its_inputs_once_the_ones_before_are_let_go_of(monkeypatch):
     """The published harness's ``inputs`` variable: the reference warm-up's inputs are held until
     the first timed pair has drawn its own on the host; each pair's device inputs are let go of

@@ -24,7 +24,7 @@ from l1bench.aggregate.slices import _num
 from l1bench.io import atomic_write_text
 from l1bench.results import AGREEMENT, Status
 from l1bench.timing import hostclock, stalls
-from l1lab.stagetimes import per_1000, stall_rate
+from l1lab.stagetimes import bound_label, per_1000, stall_rate
 
 
 def probe_median_us(result: dict) -> float | None:
@@ -290,7 +290,7 @@ def render_run_to_run(rr: dict, first_label: str, second_label: str, with_target
 def _bound_cell(sides: list[str] | None) -> str:
     if sides is None:
         return NA
-    label = hostclock.bound_label(sides)
+    label = bound_label(sides)
     return "" if label == "neither" else label
 
 

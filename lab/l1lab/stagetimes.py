@@ -23,6 +23,11 @@ from l1bench.timing import hostclock, stalls
 from l1lab.retime import prepared
 
 
+def bound_label(sides: list[str]) -> str:
+    """``neither``, ``ref``, ``custom`` or ``both``, for :func:`l1bench.timing.hostclock.host_bound_sides`' list."""
+    return "both" if len(sides) == 2 else (sides[0] if sides else "neither")
+
+
 def stage_of(res: dict) -> str:
     return res["kind"] if res["kind"] != "time" else f"time:{res.get('protocol', 'paper')}:{res['mode']}"
 
@@ -737,7 +742,7 @@ def host_bound(rows) -> dict | None:
         if sides is None:
             continue
         counts["known"] += 1
-        counts[hostclock.bound_label(sides)] += 1
+        counts[bound_label(sides)] += 1
     return dict(counts) if counts else None
 
 

@@ -419,3 +419,8 @@ def test_stall_rate_counts_paper_timings_only():
     rate = stagetimes.stall_rate([stalled, quiet, stalled | {"protocol": "strict"}, {"status": "incorrect"}])
     assert rate == {"results": 2, "timed_calls": 140, "stalled_calls": 1, "flagged": 1}
     assert stagetimes.per_1000(rate) == pytest.approx(1000 / 140)
+
+
+def test_bound_labels():
+    assert [stagetimes.bound_label(s) for s in ([], ["ref"], ["custom"], ["ref", "custom"])] == [
+        "neither", "ref", "custom", "both"]

@@ -195,8 +195,3 @@ def host_bound_sides(result: dict, share: float = HOST_BOUND_SHARE) -> list[str]
     if shares is None:
         return None
     return [side for side in SIDES if shares[side] >= share]
-
-
-def bound_label(sides: list[str]) -> str:
-    """``neither``, ``ref``, ``custom`` or ``both``, for :func:`host_bound_sides`' list."""
-    return "both" if len(sides) == 2 else (sides[0] if sides else "neither")
