@@ -156,3 +156,33 @@ def as_current(res) -> int:
             path.write_text(json.dumps(got, indent=1))
             changed += 1
     return changed
+
+
+def missed_hand_offs(res, margin_s: float = 15.0) -> list:
+    """The steps that a task's worker should have served and did not: each check or time result
+    of ``res`` (a results tree) that a task worker served, whose task's step before it ended less
+    than the worker's idle time (less ``margin_s``) earlier, by a worker that did not retire,
+    and that another worker (or a later step's count) served: ``(tid, seconds between, the
+    before's task_worker, the after's)``. Which steps wait longer depends on the machine's load;
+    a step that came within the idle time must find its task's worker."""
+    import json
+    from datetime import datetime
+    from itertools import pairwise
+
+    from l1bench.timing.taskworker import IDLE_S
+
+    served = {}
+    for path in [*Path(res).glob("check/*.json"), *Path(res).glob("time/*/*/*.json")]:
+        got = json.loads(path.read_text())
+        if got.get("provenance", {}).get("task_worker"):
+            served.setdefault(got["tid"], []).append(got["provenance"])
+    missed, at = [], datetime.fromisoformat
+    for tid, steps in served.items():
+        steps.sort(key=lambda p: (p["started"], p["task_worker"]["pid"], p["task_worker"]["step"]))
+        for before, after in pairwise(steps):
+            w0, w1 = before["task_worker"], after["task_worker"]
+            waited = (at(after["started"]) - at(before["finished"])).total_seconds()
+            same = (w1["pid"], w1["step"]) == (w0["pid"], w0["step"] + 1)
+            if waited < IDLE_S - margin_s and "retired_after" not in w0 and not same:
+                missed.append((tid, waited, w0, w1))
+    return missed
