@@ -38,21 +38,12 @@ def release_dir():
     return d
 
 
-#: :func:`current_h100`'s tree, made once per test process (its tests only read it).
-_CURRENT_H100: list = []
-
-
-@pytest.fixture
+@pytest.fixture(scope="session")
 def current_h100(tmp_path_factory, release_dir):
     """The committed results/h100 as it is once every result is current (``helpers.as_current``)
     and its tables are made again from them (``aggregate_only``): the tree the planning tests of
-    a committed, current release start from. Equal to the committed tree when that is current."""
-    if not _CURRENT_H100:
-        _CURRENT_H100.append(_make_current_h100(tmp_path_factory, release_dir))
-    return _CURRENT_H100[0]
-
-
-def _make_current_h100(tmp_path_factory, release_dir):
+    a committed, current release start from, made once per test process (its tests only read
+    it). Equal to the committed tree when that is current."""
     import subprocess
 
     from helpers import CPU_ONLY, SNAKEMAKE, as_current, copy_committed, copy_workflow

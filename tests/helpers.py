@@ -135,6 +135,14 @@ class MarkerProcess:
             self.proc.wait(10)
 
 
+def step_results(res):
+    """(path, result) of every check and time result of the results tree ``res``."""
+    import json
+
+    for path in sorted([*Path(res).glob("check/*.json"), *Path(res).glob("time/*/*/*.json")]):
+        yield path, json.loads(path.read_text())
+
+
 def as_current(res) -> int:
     """Rewrite the check and time results of a copied results tree as the current timing path
     records them (its timing version, inputs drawn on the host): a committed tree as it is once
@@ -144,8 +152,7 @@ def as_current(res) -> int:
     from l1bench.timing import TIMING_VERSION
 
     changed = 0
-    for path in [*Path(res).glob("check/*.json"), *Path(res).glob("time/*/*/*.json")]:
-        got = json.loads(path.read_text())
+    for path, got in step_results(res):
         params = got.get("params")
         old = isinstance(params, dict) and params.pop("inputs_on_device", None) is not None
         if "timing_design" in got or got.get("timing_version", TIMING_VERSION) != TIMING_VERSION:
@@ -165,15 +172,13 @@ def missed_hand_offs(res, margin_s: float = 15.0) -> list:
     and that another worker (or a later step's count) served: ``(tid, seconds between, the
     before's task_worker, the after's)``. Which steps wait longer depends on the machine's load;
     a step that came within the idle time must find its task's worker."""
-    import json
     from datetime import datetime
     from itertools import pairwise
 
     from l1bench.timing.taskworker import IDLE_S
 
     served = {}
-    for path in [*Path(res).glob("check/*.json"), *Path(res).glob("time/*/*/*.json")]:
-        got = json.loads(path.read_text())
+    for _, got in step_results(res):
         if got.get("provenance", {}).get("task_worker"):
             served.setdefault(got["tid"], []).append(got["provenance"])
     missed, at = [], datetime.fromisoformat

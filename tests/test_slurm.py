@@ -30,7 +30,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from helpers import SNAKEMAKE, copy_workflow, missed_hand_offs, script_module, tree_digest
+from helpers import SNAKEMAKE, copy_workflow, missed_hand_offs, script_module, step_results, tree_digest
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 
@@ -159,13 +159,8 @@ def test_demo_through_slurm_ends_as_the_local_run(runs):
     # each job is an allocation of its own: its task worker served its one step only; locally, a
     # task's step that came within its worker's idle time found that worker (which steps come
     # later depends on the load: in CI the local run shares the machine with the cluster)
-    def served(tree):
-        found = (json.loads(p.read_text()).get("provenance", {}).get("task_worker")
-                 for p in sorted((tree / "results/demo").glob("*/**/*.json")))
-        return [w for w in found if w]
-
-    assert served(remote) and all(w["step"] == 1 and w["retired_after"].startswith("served 1 step")
-                                  for w in served(remote))
+    served = [w for _, r in step_results(remote / "results/demo") if (w := r.get("provenance", {}).get("task_worker"))]
+    assert served and all(w["step"] == 1 and w["retired_after"].startswith("served 1 step") for w in served)
     assert not missed_hand_offs(local / "results/demo")
 
 

@@ -189,7 +189,7 @@ def timing_version_counts(df) -> dict[tuple[int, bool], int]:
     """{(timing version, current?): scored time results}, newest version first and, within one
     version, current first. A result is current when the workflow's :data:`TIMING_VERSION`
     timed it (``timing_version`` column)."""
-    if "timing_version" not in df or "mode" not in df:
+    if "timing_version" not in df:
         return {}
     ok = df[(df["status"] == Status.OK) & df["timing_version"].notna()]
     version = ok["timing_version"].astype(int)
