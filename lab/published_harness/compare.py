@@ -3,7 +3,7 @@
     python lab/published_harness/compare.py \\
         --published results/sbs-pub1/h100 results/sbs-pub2/h100 \\
         --workflow results/sbs-wf1/h100 results/sbs-wf2/h100 \\
-        --causes lab/published_harness/causes.yaml --out lab/published_harness/SIDE_BY_SIDE.md \\
+        --causes lab/published_harness/causes-v8.yaml --out lab/published_harness/SIDE_BY_SIDE.md \\
         --figure lab/published_harness/side_by_side.png
     (or: python -m lab.published_harness.compare ...)
 

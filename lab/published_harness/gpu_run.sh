@@ -26,6 +26,7 @@
 # block's second, so that a deadline leaves every task measured once before any twice),
 # PREBUILD (the published harness's extensions are built first, this many at a time, default 14,
 # into PREFIX-ext/<tid>, each task's TORCH_EXTENSIONS_DIR; 0: each built by the harness's first run).
+# CAUSES (a YAML file of measured causes for the page's cause column, e.g. causes-v8.yaml; default none).
 set -uo pipefail
 t0=$(date +%s)
 out=${1:?usage: lab/published_harness/gpu_run.sh OUT_DIR [N_TASKS] [BLOCK]}
@@ -70,7 +71,7 @@ wflogs=("logs/${prefix#results/}-wf1" "logs/${prefix#results/}-wf2")
         page="$out/SIDE_BY_SIDE.md"
         [ "$mode" = default ] || page="$out/SIDE_BY_SIDE-$mode.md"
         python3 $here/compare.py --published "$prefix-pub1" "$prefix-pub2" --workflow "$prefix-wf1" "$prefix-wf2" \
-            --mode "$mode" --causes $here/causes.yaml --out "$page" \
+            --mode "$mode" ${CAUSES:+--causes "$CAUSES"} --out "$page" \
             --title "The published harness beside the workflow: $mode mode, $gpu, $(date -u +%Y-%m-%d)" ||
             echo "compare failed for $mode (the trees are in sbs.tgz)"
     done

@@ -97,19 +97,25 @@ def test_the_page_and_figure_are_written(trees, tmp_path):
     assert fig.stat().st_size > 0 and "![published against workflow](side.png)" in text
 
 
-def test_the_v8_evidence_page_is_what_compare_makes_of_its_trees(tmp_path, monkeypatch):
-    """evidence/SIDE_BY_SIDE-2026-12-06-h100-v8.md, made again from the packed trees by the
+V8_TITLE = ("The published harness beside the workflow at timing version 8: 14 tasks of the slice, default mode, "
+            "one H100, 2026-12-06")
+V9_TITLE = ("The published harness beside the workflow at timing version 9: default mode, NVIDIA H100 80GB HBM3, "
+            "2026-12-06")
+
+
+@pytest.mark.parametrize("version, causes, title", [("v8", "causes-v8.yaml", V8_TITLE), ("v9", None, V9_TITLE)])
+def test_an_evidence_page_is_what_compare_makes_of_its_trees(tmp_path, monkeypatch, version, causes, title):
+    """evidence/SIDE_BY_SIDE-2026-12-06-h100-<version>.md, made again from the packed trees by the
     command in evidence/NOTES.md, is the committed page."""
     import tarfile
 
     evidence = Path(compare.__file__).parent / "evidence"
-    with tarfile.open(evidence / "2026-12-06-h100-v8.tar.xz") as tar:
+    with tarfile.open(evidence / f"2026-12-06-h100-{version}.tar.xz") as tar:
         tar.extractall(tmp_path, filter="data")
     monkeypatch.chdir(tmp_path)
     page = tmp_path / "page.md"
+    extra = ["--causes", str(evidence.parent / causes)] if causes else []
     compare.main(["--published", "results/sbs-pub1", "results/sbs-pub2", "--workflow", "results/sbs-wf1",
-                  "results/sbs-wf2", "--causes", str(evidence.parent / "causes-v8.yaml"), "--title",
-                  "The published harness beside the workflow at timing version 8: 14 tasks of the slice, "
-                  "default mode, one H100, 2026-12-06", "--out", str(page),
-                  "--figure", str(tmp_path / "side_by_side-2026-12-06-h100-v8.png")])
-    assert page.read_text() == (evidence / "SIDE_BY_SIDE-2026-12-06-h100-v8.md").read_text()
+                  "results/sbs-wf2", *extra, "--title", title, "--out", str(page),
+                  "--figure", str(tmp_path / f"side_by_side-2026-12-06-h100-{version}.png")])
+    assert page.read_text() == (evidence / f"SIDE_BY_SIDE-2026-12-06-h100-{version}.md").read_text()
