@@ -11,6 +11,7 @@ TOOLS = {
     "stagetimes": "per-stage wall time, exclusive GPU time and stalled timed calls of a results tree",
     "retime": "a results tree that times a task list again (prepare), and its results taken back (adopt)",
     "take": "one results tree and its run's logs out of lab/device_run.sh's results.tgz",
+    "drawcost": "what the paper protocol's host draws cost a release: lock time against input size, projected",
     "figure": "the isolation figure of lab/evidence (driver calls delay a timed call; two runs agree)",
 }
 

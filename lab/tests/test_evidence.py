@@ -50,3 +50,21 @@ def test_the_throughput_page_is_remade_from_its_tree(trees):
     page = (EVIDENCE / "throughput-slice41-h200.md").read_text()
     assert page.endswith(made + "\n")
     assert "* first start to last finish 415 s" in made
+
+
+def test_the_draw_cost_page_is_remade_from_the_side_by_side_tree(tmp_path, monkeypatch):
+    """drawcost-h100-v9.md: the workflow's first pass of the timing-version-9 side by side
+    (published_harness/evidence/2026-12-06-h100-v9.tar.xz) and the h100 release."""
+    import os
+
+    from l1lab import drawcost
+
+    release_dir = Path(os.environ.get("L1_RELEASE_DIR") or EVIDENCE.parents[2] / "shared" / "cuda-l1")
+    release = release_dir / "optimized_cuda_code" / "h100.json"
+    if not release.is_file():
+        pytest.skip("real release data not available (set L1_RELEASE_DIR)")
+    with tarfile.open(EVIDENCE.parent / "published_harness/evidence/2026-12-06-h100-v9.tar.xz") as tgz:
+        tgz.extractall(tmp_path, filter="data")
+    monkeypatch.chdir(tmp_path)
+    drawcost.main(["--release", str(release), "--tree", "results/sbs-wf1/h100", "--out", "page.md"])
+    assert (tmp_path / "page.md").read_text() == (EVIDENCE / "drawcost-h100-v9.md").read_text()

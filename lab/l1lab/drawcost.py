@@ -1,0 +1,122 @@
+"""What the paper protocol's host draws cost a whole release: each task's input size, a fit of the
+GPU lock a time step held against it, and the fit applied to every task with code.
+
+    PYTHONPATH=lab python -m l1lab drawcost --release .release/optimized_cuda_code/h100.json \
+        --tree results/sbs-wf1/h100 --out lab/evidence/drawcost-h100-v9.md
+
+The paper protocol draws every ``get_inputs()`` on the host and copies it, as the published
+harness does, once per timed pair, while the task holds the GPU lock; a task's lock time then
+grows with its input size. Each task's input elements come from its reference's ``get_inputs()``
+run under ``torch.device("meta")`` (shapes only, nothing drawn; the KernelBench reference code,
+never the custom code). The fit is least squares, ``lock_held_s = a + b * M`` with ``M`` the input
+elements in millions, over the tree's ``ok`` time results of one mode.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from tabulate import tabulate
+
+from l1bench.io import atomic_write_text
+
+#: Tasks above this many million input elements are listed as the large ones.
+LARGE_M = 10.0
+
+
+def input_elements(release_file: str | Path) -> dict[str, dict]:
+    """``{tid: {"m": million input elements, "has_code": bool}}``; a reference whose
+    ``get_inputs()`` does not run on the meta device gets ``{"error": ...}`` instead of ``m``."""
+    import torch
+
+    out = {}
+    for line in Path(release_file).read_text().splitlines():
+        if not line.strip():
+            continue
+        row = json.loads(line)
+        tid = f"L{int(row['level_id'])}_T{int(row['task_id']):03d}"
+        entry = {"has_code": bool((row.get("custom_code") or "").strip())}
+        try:
+            ns: dict = {}
+            exec(compile(row["ref_code"], f"<{tid} reference>", "exec"), ns)  # KernelBench's reference only
+            with torch.device("meta"):
+                inputs = ns["get_inputs"]()
+            entry["m"] = sum(x.numel() for x in inputs if isinstance(x, torch.Tensor)) / 1e6
+        except Exception as err:  # noqa: BLE001 - recorded per task
+            entry["error"] = f"{type(err).__name__}: {err}"[:160]
+        out[tid] = entry
+    return out
+
+
+def lock_times(tree: str | Path, mode: str = "default") -> tuple[dict[str, float], set[str]]:
+    """``{tid: lock_held_s}`` of a results tree's ``ok`` paper time results of ``mode``, and the
+    set of "GPU, date, timing version N" they were made with."""
+    out, made = {}, set()
+    for f in sorted(Path(tree).glob(f"time/paper/{mode}/*.json")):
+        res = json.loads(f.read_text())
+        if res.get("status") == "ok" and res.get("lock_held_s") is not None:
+            out[res.get("tid", f.stem)] = float(res["lock_held_s"])
+            prov = res.get("provenance", {})
+            made.add(f"{prov.get('gpu')}, {str(prov.get('finished'))[:10]}, timing version {res.get('timing_version')}")
+    return out, made
+
+
+def fit(points: list[tuple[float, float]]) -> tuple[float, float]:
+    """Least-squares ``(a, b)`` of ``y = a + b * x`` over ``(x, y)`` points (at least two x's)."""
+    n = len(points)
+    mx = sum(x for x, _ in points) / n
+    my = sum(y for _, y in points) / n
+    sxx = sum((x - mx) ** 2 for x, _ in points)
+    if n < 2 or sxx == 0:
+        raise ValueError("a fit needs at least two tasks of different input sizes")
+    b = sum((x - mx) * (y - my) for x, y in points) / sxx
+    return my - b * mx, b
+
+
+def report(sizes: dict[str, dict], locks: dict[str, float], made: set[str], tree: str, mode: str) -> str:
+    """The page: the fit, its worst residuals, and the release's projected lock time."""
+    points = [(sizes[t]["m"], s) for t, s in locks.items() if "m" in sizes.get(t, {})]
+    a, b = fit(points)
+    coded = {t: e for t, e in sizes.items() if e["has_code"]}
+    sized = [e["m"] for e in coded.values() if "m" in e]
+    total = sum(a + b * m for m in sized)
+    large = [m for m in sized if m > LARGE_M]
+    large_s = sum(a + b * m for m in large)
+    unsized = sorted(t for t, e in coded.items() if "m" not in e)
+    worst = sorted(((s - (a + b * sizes[t]["m"]), t, s) for t, s in locks.items() if "m" in sizes.get(t, {})),
+                   key=lambda r: -abs(r[0]))[:5]
+    rows = [[t, f"{sizes[t]['m']:.1f}", f"{s:.2f}", f"{a + b * sizes[t]['m']:.2f}", f"{r:+.2f}"] for r, t, s in worst]
+    lines = [
+        f"# What the host draws cost: GPU lock of a paper {mode}-mode time step against input size",
+        "",
+        f"Made by `PYTHONPATH=lab python -m l1lab drawcost` from `{tree}` ({len(points)} `ok` time results; "
+        f"{'; '.join(sorted(made))}).",
+        "",
+        f"* fit: lock held = **{a:.2f} s + {b:.3f} s per million input elements** (least squares)",
+        f"* the release: {len(coded)} tasks with code, {sum(sized):,.0f} M input elements in all "
+        f"(median {sorted(sized)[len(sized) // 2]:.2f} M); projected lock **{total:,.0f} s per mode**",
+        f"* {len(large)} tasks above {LARGE_M:.0f} M elements hold {large_s:,.0f} s of it "
+        f"({100 * large_s / total:.0f} %)" if total else "",
+    ]
+    if unsized:
+        lines.append(f"* not sized (their `get_inputs()` does not run here): {', '.join(unsized)}")
+    lines += ["", "The fit's largest residuals:", "",
+              tabulate(rows, ["task", "M elements", "lock s", "fit s", "residual s"], tablefmt="github"), ""]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--release", required=True, help="a release file (one JSON line per task)")
+    ap.add_argument("--tree", required=True, help="a results tree of the device, e.g. results/sbs-wf1/h100")
+    ap.add_argument("--mode", default="default")
+    ap.add_argument("--out", help="write the page here instead of printing it")
+    args = ap.parse_args(argv)
+    page = report(input_elements(args.release), *lock_times(args.tree, args.mode), args.tree, args.mode)
+    if args.out:
+        atomic_write_text(args.out, page)
+    else:
+        print(page)
+    return 0
