@@ -2,7 +2,7 @@
 GPU lock a time step held against it, and the fit applied to every task with code.
 
     PYTHONPATH=lab python -m l1lab drawcost --release .release/optimized_cuda_code/h100.json \
-        --tree results/sbs-wf1/h100 --out lab/evidence/drawcost-h100-v9.md
+        --tree results/sbs-wf1/h100 --timed results/h100 --out lab/evidence/drawcost-h100-v9.md
 
 The paper protocol draws every ``get_inputs()`` on the host and copies it, as the published
 harness does, once per timed pair, while the task holds the GPU lock; a task's lock time then
@@ -20,6 +20,7 @@ from pathlib import Path
 
 from tabulate import tabulate
 
+from l1bench import release as rel
 from l1bench.io import atomic_write_text
 
 #: Tasks above this many million input elements are listed as the large ones.
@@ -27,26 +28,23 @@ LARGE_M = 10.0
 
 
 def input_elements(release_file: str | Path) -> dict[str, dict]:
-    """``{tid: {"m": million input elements, "has_code": bool}}``; a reference whose
+    """``{tid: {"m": million input elements, "has_code": bool}}`` (code as the workflow reads the
+    release: ``null``, ``"None"`` and empty custom code are none); a reference whose
     ``get_inputs()`` does not run on the meta device gets ``{"error": ...}`` instead of ``m``."""
     import torch
 
     out = {}
-    for line in Path(release_file).read_text().splitlines():
-        if not line.strip():
-            continue
-        row = json.loads(line)
-        tid = f"L{int(row['level_id'])}_T{int(row['task_id']):03d}"
-        entry = {"has_code": bool((row.get("custom_code") or "").strip())}
+    for task in rel.parse_flat(release_file):
+        entry = {"has_code": task.custom_missing is None}
         try:
             ns: dict = {}
-            exec(compile(row["ref_code"], f"<{tid} reference>", "exec"), ns)  # KernelBench's reference only
+            exec(compile(task.ref_code, f"<{task.tid} reference>", "exec"), ns)  # KernelBench's reference only
             with torch.device("meta"):
                 inputs = ns["get_inputs"]()
             entry["m"] = sum(x.numel() for x in inputs if isinstance(x, torch.Tensor)) / 1e6
         except Exception as err:  # noqa: BLE001 - recorded per task
             entry["error"] = f"{type(err).__name__}: {err}"[:160]
-        out[tid] = entry
+        out[task.tid] = entry
     return out
 
 
@@ -63,6 +61,16 @@ def lock_times(tree: str | Path, mode: str = "default") -> tuple[dict[str, float
     return out, made
 
 
+def ok_tids(tree: str | Path, mode: str = "default") -> set[str]:
+    """The tasks with an ``ok`` paper time result of ``mode`` in a results tree."""
+    out = set()
+    for f in Path(tree).glob(f"time/paper/{mode}/*.json"):
+        res = json.loads(f.read_text())
+        if res.get("status") == "ok":
+            out.add(res.get("tid", f.stem))
+    return out
+
+
 def fit(points: list[tuple[float, float]]) -> tuple[float, float]:
     """Least-squares ``(a, b)`` of ``y = a + b * x`` over ``(x, y)`` points (at least two x's)."""
     n = len(points)
@@ -75,19 +83,27 @@ def fit(points: list[tuple[float, float]]) -> tuple[float, float]:
     return my - b * mx, b
 
 
-def report(sizes: dict[str, dict], locks: dict[str, float], made: set[str], tree: str, mode: str) -> str:
-    """The page: the fit, its worst residuals, and the release's projected lock time."""
-    points = [(sizes[t]["m"], s) for t, s in locks.items() if "m" in sizes.get(t, {})]
-    a, b = fit(points)
-    coded = {t: e for t, e in sizes.items() if e["has_code"]}
-    sized = [e["m"] for e in coded.values() if "m" in e]
+def _projection(sizes: dict[str, dict], tids, a: float, b: float) -> tuple[str, list[str]]:
+    """One bullet: the lock ``tids`` would hold in one mode, and the share of the large ones; and
+    the tasks among them that could not be sized."""
+    sized = [sizes[t]["m"] for t in tids if "m" in sizes[t]]
     total = sum(a + b * m for m in sized)
     large = [m for m in sized if m > LARGE_M]
     large_s = sum(a + b * m for m in large)
-    unsized = sorted(t for t, e in coded.items() if "m" not in e)
-    worst = sorted(((s - (a + b * sizes[t]["m"]), t, s) for t, s in locks.items() if "m" in sizes.get(t, {})),
-                   key=lambda r: -abs(r[0]))[:5]
-    rows = [[t, f"{sizes[t]['m']:.1f}", f"{s:.2f}", f"{a + b * sizes[t]['m']:.2f}", f"{r:+.2f}"] for r, t, s in worst]
+    text = (f"{len(sized)} tasks, {sum(sized):,.0f} M input elements in all (median "
+            f"{sorted(sized)[len(sized) // 2]:.2f} M): **{total:,.0f} s per mode**; the {len(large)} above "
+            f"{LARGE_M:.0f} M elements hold {large_s:,.0f} s of it ({100 * large_s / total:.0f} %)")
+    return text, sorted(t for t in tids if "m" not in sizes[t])
+
+
+def report(sizes: dict[str, dict], locks: dict[str, float], made: set[str], tree: str, mode: str,
+           timed: tuple[str, set[str]] | None = None) -> str:
+    """The page: the fit, its projection over the release's tasks with code (and over the tasks
+    ``timed`` names: a tree and its tasks with an ``ok`` result), and the fit's worst residuals."""
+    points = [(sizes[t]["m"], s) for t, s in locks.items() if "m" in sizes.get(t, {})]
+    a, b = fit(points)
+    coded = sorted(t for t, e in sizes.items() if e["has_code"])
+    text, unsized = _projection(sizes, coded, a, b)
     lines = [
         f"# What the host draws cost: GPU lock of a paper {mode}-mode time step against input size",
         "",
@@ -95,13 +111,18 @@ def report(sizes: dict[str, dict], locks: dict[str, float], made: set[str], tree
         f"{'; '.join(sorted(made))}).",
         "",
         f"* fit: lock held = **{a:.2f} s + {b:.3f} s per million input elements** (least squares)",
-        f"* the release: {len(coded)} tasks with code, {sum(sized):,.0f} M input elements in all "
-        f"(median {sorted(sized)[len(sized) // 2]:.2f} M); projected lock **{total:,.0f} s per mode**",
-        f"* {len(large)} tasks above {LARGE_M:.0f} M elements hold {large_s:,.0f} s of it "
-        f"({100 * large_s / total:.0f} %)" if total else "",
+        f"* projected over the release's tasks with code: {text}",
     ]
+    if timed:
+        where, tids = timed
+        text, _ = _projection(sizes, sorted(t for t in tids if t in sizes), a, b)
+        lines.append(f"* over the tasks with an `ok` {mode}-mode result in `{where}` (the others stop at the "
+                     f"check): {text}")
     if unsized:
         lines.append(f"* not sized (their `get_inputs()` does not run here): {', '.join(unsized)}")
+    worst = sorted(((s - (a + b * sizes[t]["m"]), t, s) for t, s in locks.items() if "m" in sizes.get(t, {})),
+                   key=lambda r: -abs(r[0]))[:5]
+    rows = [[t, f"{sizes[t]['m']:.1f}", f"{s:.2f}", f"{a + b * sizes[t]['m']:.2f}", f"{r:+.2f}"] for r, t, s in worst]
     lines += ["", "The fit's largest residuals:", "",
               tabulate(rows, ["task", "M elements", "lock s", "fit s", "residual s"], tablefmt="github"), ""]
     return "\n".join(lines)
@@ -112,9 +133,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--release", required=True, help="a release file (one JSON line per task)")
     ap.add_argument("--tree", required=True, help="a results tree of the device, e.g. results/sbs-wf1/h100")
     ap.add_argument("--mode", default="default")
+    ap.add_argument("--timed", help="also project over the tasks with an ok result in this tree (e.g. results/h100)")
     ap.add_argument("--out", help="write the page here instead of printing it")
     args = ap.parse_args(argv)
-    page = report(input_elements(args.release), *lock_times(args.tree, args.mode), args.tree, args.mode)
+    timed = (args.timed, ok_tids(args.timed, args.mode)) if args.timed else None
+    page = report(input_elements(args.release), *lock_times(args.tree, args.mode), args.tree, args.mode, timed)
     if args.out:
         atomic_write_text(args.out, page)
     else:

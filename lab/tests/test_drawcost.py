@@ -34,12 +34,14 @@ def _time(tree, tid, lock, status="ok"):
 
 def test_sizes_come_from_the_meta_device_and_a_broken_reference_is_named(tmp_path):
     release = _release(tmp_path / "r.json", [(1, 1, "100000, 100000", True), (1, 2, "1000, 1000", False)])
-    release.write_text(release.read_text() + json.dumps({"level_id": 2, "task_id": 3, "ref_code": "import einopsx",
-                                                         "custom_code": "y"}) + "\n")
+    extra = [{"level_id": 2, "task_id": 3, "ref_code": "import einopsx", "custom_code": "y"},
+             {"level_id": 2, "task_id": 4, "ref_code": REF.format(shape="2, 5"), "custom_code": "None"}]
+    release.write_text(release.read_text() + "".join(json.dumps(e) + "\n" for e in extra))
     sizes = drawcost.input_elements(release)
     assert sizes["L1_T001"] == {"has_code": True, "m": 10_000.0}  # 10^10 elements: never drawn
     assert sizes["L1_T002"] == {"has_code": False, "m": 1.0}
-    assert "ModuleNotFoundError" in sizes["L2_T003"]["error"]
+    assert "ModuleNotFoundError" in sizes["L2_T003"]["error"] and sizes["L2_T003"]["has_code"]
+    assert sizes["L2_T004"] == {"has_code": False, "m": 1e-05}  # "None": no code, as the workflow reads it
 
 
 def test_the_fit_and_the_projection(tmp_path):
@@ -52,11 +54,15 @@ def test_the_fit_and_the_projection(tmp_path):
     locks, made = drawcost.lock_times(tree)
     assert locks == {"L1_T001": 1.5, "L1_T002": 2.5} and made == {"GPU X, 2026-12-06, timing version 9"}
     assert drawcost.fit([(1.0, 1.5), (3.0, 2.5)]) == pytest.approx((1.0, 0.5))
-    page = drawcost.report(drawcost.input_elements(release), locks, made, "tree", "default")
+    assert drawcost.ok_tids(tree) == {"L1_T001", "L1_T002"}
+    page = drawcost.report(drawcost.input_elements(release), locks, made, "tree", "default", ("tree", {"L1_T002"}))
     # 3 tasks with code, 1 + 3 + 20 M elements: 3 * 1.0 + 0.5 * 24 = 15 s; the 20 M one holds 11 s
     assert "lock held = **1.00 s + 0.500 s per million input elements**" in page
-    assert "3 tasks with code, 24 M input elements in all" in page and "projected lock **15 s per mode**" in page
-    assert "1 tasks above 10 M elements hold 11 s of it (73 %)" in page
+    assert "code: 3 tasks, 24 M input elements in all (median 3.00 M): **15 s per mode**; the 1 above 10 M " \
+        "elements hold 11 s of it (73 %)" in page
+    # the timed ones only: L1_T002, 1.0 + 0.5 * 3
+    assert "result in `tree` (the others stop at the check): 1 tasks, 3 M input elements in all (median 3.00 M): " \
+        "**2 s per mode**" in page
 
 
 def test_a_fit_needs_two_sizes():

@@ -65,6 +65,8 @@ def test_the_draw_cost_page_is_remade_from_the_side_by_side_tree(tmp_path, monke
         pytest.skip("real release data not available (set L1_RELEASE_DIR)")
     with tarfile.open(EVIDENCE.parent / "published_harness/evidence/2026-12-06-h100-v9.tar.xz") as tgz:
         tgz.extractall(tmp_path, filter="data")
+    (tmp_path / "results/h100").symlink_to(EVIDENCE.parents[1] / "results/h100")  # the committed tables' tree
     monkeypatch.chdir(tmp_path)
-    drawcost.main(["--release", str(release), "--tree", "results/sbs-wf1/h100", "--out", "page.md"])
+    drawcost.main(["--release", str(release), "--tree", "results/sbs-wf1/h100", "--timed", "results/h100",
+                   "--out", "page.md"])
     assert (tmp_path / "page.md").read_text() == (EVIDENCE / "drawcost-h100-v9.md").read_text()
