@@ -13,7 +13,8 @@ left out, so the same command continues an earlier call's trees.
 
 A block starts only when its estimated time fits before ``--deadline`` (priors from the
 published harness's ~12 s a task and the workflow's per-call start; each harness's estimate is
-scaled by what its segments took so far); a segment that starts is cut at the deadline (the
+scaled by what its segments took so far, those of ``LOG_DIR/timeline.tsv`` from earlier passes and
+calls included); a segment that starts is cut at the deadline (the
 published harness records nothing for the task it cuts; the workflow is stopped with SIGINT and
 keeps what finished). Every segment's start, end and task count go to ``LOG_DIR/timeline.tsv``.
 """
@@ -164,6 +165,18 @@ def builds(tids, tasks) -> int:
     return sum(1 for t in tids if tasks[t].custom_code and builds_extensions(tasks[t].custom_code))
 
 
+def learn_from_timeline(est: Estimate, tsv: Path, tasks) -> None:
+    """Teach ``est`` what the segments already in ``tsv`` took: an earlier pass or call of the same
+    trees (``KEEP=1``, or gpu_run.sh's next ``PASSES`` group) on the same node."""
+    lines = tsv.read_text().splitlines()[1:] if tsv.exists() else []
+    for line in lines:
+        cells = line.split("\t")
+        if len(cells) < 7 or cells[1] not in ("pub", "wf") or not cells[6]:
+            continue
+        blk = cells[3].split(",")
+        est.record(cells[1], len(blk), builds([b for b in blk if b in tasks], tasks), cells[2] == "1", float(cells[6]))
+
+
 def drive(args, segment_runners=None, now=time.time) -> list[dict]:
     """Run the blocks; returns the timeline (one dict per segment run or left out)."""
     runners = segment_runners or {"pub": run_published, "wf": run_workflow}
@@ -186,6 +199,7 @@ def drive(args, segment_runners=None, now=time.time) -> list[dict]:
         say(f"the published harness's extensions of {len(todo)} tasks built, {args.prebuild} at a time, "
             f"in {now() - t0:.0f} s")
         est.prior = est.prior | {"pub_build": 2.0}
+    learn_from_timeline(est, tsv, tasks)
     for index, blk in enumerate(blocks(todo, args.block)):
         n_build = builds(blk, tasks)
         need = sum(est.seconds(h, len(blk), n_build, p == 1) for h, p in segment_order(index, args.passes))

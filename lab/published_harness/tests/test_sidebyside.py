@@ -83,6 +83,20 @@ def test_a_short_deadline_starts_nothing(setup):
     assert calls == [] and timeline[0]["note"].startswith("not started")
 
 
+def test_the_estimate_starts_from_what_the_timeline_already_holds(setup, tmp_path):
+    """A later pass or call of the same trees starts from the factors of the segments before it:
+    fresh priors would start a block the node cannot finish before the deadline."""
+    args, clock, calls, runners = setup
+    args.block, args.deadline = 1, 100
+    assert sidebyside.Estimate().seconds("pub", 1, 0, True) + sidebyside.Estimate().seconds("wf", 1, 0, True) < 100
+    tsv = tmp_path / "logs" / "timeline.tsv"
+    tsv.parent.mkdir(parents=True)
+    tsv.write_text("block\tharness\tpass\ttasks\tstart\tend\tseconds\tnote\n"
+                   "1\tpub\t1\tL1_T002\t0\t18\t18.0\t\n1\twf\t1\tL1_T002\t18\t90\t72.0\t\n")
+    timeline = sidebyside.drive(args, runners, now=lambda: clock["t"])
+    assert calls == [] and timeline[0]["note"].startswith("not started")
+
+
 def test_tasks_done_in_all_four_trees_are_left_out(setup):
     args, clock, calls, runners = setup
     args.deadline = 10_000
