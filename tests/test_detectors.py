@@ -396,7 +396,10 @@ def test_run_adversarial_cli_cpu(tmp_path):
     assert data["side_stream_python"]["skipped"]
     # honest under the detectors, caught by strict timing's checks of timed outputs
     assert data["timed_only_shortcut"]["caught"] is True and data["timed_only_shortcut"]["error"] is None
-    assert data["timed_only_shortcut"]["flags"] == ["TIMED_OUTPUT_MISMATCH"]
+    # its cheap timed calls may also measure above the speedup ceiling, depending on the CPU's
+    # load (CI on 2026-12-06: SPEEDUP_CEILING as well once); the verdict must not depend on timing
+    flags = data["timed_only_shortcut"]["flags"]
+    assert "TIMED_OUTPUT_MISMATCH" in flags and set(flags) <= {"TIMED_OUTPUT_MISMATCH", "SPEEDUP_CEILING"}, flags
 
 
 def test_device_fingerprint_sees_every_byte():
