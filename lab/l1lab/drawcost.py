@@ -15,13 +15,13 @@ elements in millions, over the tree's ``ok`` time results of one mode.
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
 from tabulate import tabulate
 
 from l1bench import release as rel
 from l1bench.io import atomic_write_text
+from l1lab.spread import time_results
 
 #: Tasks above this many million input elements are listed as the large ones.
 LARGE_M = 10.0
@@ -52,10 +52,9 @@ def lock_times(tree: str | Path, mode: str = "default") -> tuple[dict[str, float
     """``{tid: lock_held_s}`` of a results tree's ``ok`` paper time results of ``mode``, and the
     set of "GPU, date, timing version N" they were made with."""
     out, made = {}, set()
-    for f in sorted(Path(tree).glob(f"time/paper/{mode}/*.json")):
-        res = json.loads(f.read_text())
+    for tid, res in time_results(tree, "paper", mode).items():
         if res.get("status") == "ok" and res.get("lock_held_s") is not None:
-            out[res.get("tid", f.stem)] = float(res["lock_held_s"])
+            out[tid] = float(res["lock_held_s"])
             prov = res.get("provenance", {})
             made.add(f"{prov.get('gpu')}, {str(prov.get('finished'))[:10]}, timing version {res.get('timing_version')}")
     return out, made
@@ -63,12 +62,7 @@ def lock_times(tree: str | Path, mode: str = "default") -> tuple[dict[str, float
 
 def ok_tids(tree: str | Path, mode: str = "default") -> set[str]:
     """The tasks with an ``ok`` paper time result of ``mode`` in a results tree."""
-    out = set()
-    for f in Path(tree).glob(f"time/paper/{mode}/*.json"):
-        res = json.loads(f.read_text())
-        if res.get("status") == "ok":
-            out.add(res.get("tid", f.stem))
-    return out
+    return {tid for tid, res in time_results(tree, "paper", mode).items() if res.get("status") == "ok"}
 
 
 def fit(points: list[tuple[float, float]]) -> tuple[float, float]:

@@ -35,7 +35,8 @@ def probe_median_us(result: dict) -> float | None:
     return float(value) if value else None
 
 
-def _time_results(root, protocol: str, mode: str) -> dict[str, dict]:
+def time_results(root, protocol: str, mode: str) -> dict[str, dict]:
+    """``{tid: result}`` of a results tree's time results of one protocol and mode."""
     out = {}
     for path in sorted(Path(root, "time", protocol, mode).glob("*.json")):
         try:
@@ -49,7 +50,7 @@ def run_to_run(first_root, second_root, mode: str = "default", protocol: str = "
     """Scores of the tasks timed in both result folders, and their relative differences
     (|second − first| / first). ``early_stopped`` marks a result cut short by the paper
     protocol's early stop (one outer trial below the threshold decides the score)."""
-    a, b = _time_results(first_root, protocol, mode), _time_results(second_root, protocol, mode)
+    a, b = time_results(first_root, protocol, mode), time_results(second_root, protocol, mode)
     rows = []
     for tid in sorted(set(a) & set(b)):
         ra, rb = a[tid], b[tid]
