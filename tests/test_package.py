@@ -167,3 +167,38 @@ def test_the_lab_check_sees_an_import_and_a_run_of_a_lab_script():
     assert LAB_REFERENCE.search("sys.path.insert(0, str(ROOT / 'lab'))")
     assert not LAB_REFERENCE.search("from l1bench import plan\n")
     assert not LAB_REFERENCE.search("an offline node runs it first (lab/device_run.sh does it)")
+
+
+PACKAGE = ROOT / "src" / "l1bench"
+#: docs/architecture.md, "Size": the package, a module and a function at the most, in lines.
+MAX_PACKAGE_LINES, MAX_MODULE_LINES, MAX_FUNCTION_LINES = 10_600, 500, 80
+
+
+def _modules():
+    return sorted(PACKAGE.rglob("*.py"))
+
+
+def test_the_package_stays_within_its_size():
+    lines = {p: len(p.read_text().splitlines()) for p in _modules()}
+    assert sum(lines.values()) <= MAX_PACKAGE_LINES, sum(lines.values())
+    assert not {str(p.relative_to(PACKAGE)): n for p, n in lines.items() if n > MAX_MODULE_LINES}
+
+
+def test_no_function_is_longer_than_its_limit():
+    import ast
+
+    long = [
+        f"{p.relative_to(PACKAGE)}:{node.lineno} {node.name} ({node.end_lineno - node.lineno + 1} lines)"
+        for p in _modules()
+        for node in ast.walk(ast.parse(p.read_text()))
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
+        and node.end_lineno - node.lineno + 1 > MAX_FUNCTION_LINES
+    ]
+    assert not long
+
+
+def test_the_size_section_quotes_the_package_as_it_is():
+    """The line count in docs/architecture.md is the package's."""
+    text = (ROOT / "docs" / "architecture.md").read_text()
+    total = sum(len(p.read_text().splitlines()) for p in _modules())
+    assert f"The package is {total:,} lines" in text
