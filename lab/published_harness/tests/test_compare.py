@@ -103,8 +103,16 @@ V9_TITLE = ("The published harness beside the workflow at timing version 9: defa
             "2026-12-06")
 
 
-@pytest.mark.parametrize("version, causes, title", [("v8", "causes-v8.yaml", V8_TITLE), ("v9", None, V9_TITLE)])
-def test_an_evidence_page_is_what_compare_makes_of_its_trees(tmp_path, monkeypatch, version, causes, title):
+NODE2_TITLE = ("The published harness beside the workflow at timing version 9 on a second node: default mode, "
+               "NVIDIA H100 80GB HBM3, 2026-12-06, one pass")
+TWO_PASSES = (["results/sbs-pub1", "results/sbs-pub2"], ["results/sbs-wf1", "results/sbs-wf2"])
+NODE2 = (["results/sbs-node2-pub1"], ["results/sbs-node2-wf1"])
+
+
+@pytest.mark.parametrize("version, causes, title, trees", [("v8", "causes-v8.yaml", V8_TITLE, TWO_PASSES),
+                                                           ("v9", None, V9_TITLE, TWO_PASSES),
+                                                           ("v9-node2", None, NODE2_TITLE, NODE2)])
+def test_an_evidence_page_is_what_compare_makes_of_its_trees(tmp_path, monkeypatch, version, causes, title, trees):
     """evidence/SIDE_BY_SIDE-2026-12-06-h100-<version>.md, made again from the packed trees by the
     command in evidence/NOTES.md, is the committed page."""
     import tarfile
@@ -115,7 +123,6 @@ def test_an_evidence_page_is_what_compare_makes_of_its_trees(tmp_path, monkeypat
     monkeypatch.chdir(tmp_path)
     page = tmp_path / "page.md"
     extra = ["--causes", str(evidence.parent / causes)] if causes else []
-    compare.main(["--published", "results/sbs-pub1", "results/sbs-pub2", "--workflow", "results/sbs-wf1",
-                  "results/sbs-wf2", *extra, "--title", title, "--out", str(page),
+    compare.main(["--published", *trees[0], "--workflow", *trees[1], *extra, "--title", title, "--out", str(page),
                   "--figure", str(tmp_path / f"side_by_side-2026-12-06-h100-{version}.png")])
     assert page.read_text() == (evidence / f"SIDE_BY_SIDE-2026-12-06-h100-{version}.md").read_text()
