@@ -70,10 +70,11 @@ def expected() -> dict[str, str]:
     for r in df[(df["protocol"] == "paper") & (df["mode"] == "default")].itertuples(index=False):
         out[f"{r.tid}.published"] = fmt(r.published)
         out[f"{r.tid}.measured"] = fmt(r.measured)
-    sbs = re.search(r"\]\(([^)\s]*SIDE_BY_SIDE[^)\s]*\.md)\)", README.read_text())
-    assert sbs, "README links no side-by-side page of the published harness"
-    agree = re.search(r"\*\*(\d+ of \d+) tasks \([\d.]+ %\) agree\*\*", (ROOT / sbs.group(1)).read_text())
-    out["sbs.agree"] = agree.group(1)
+    pages = re.findall(r"\]\(([^)\s]*SIDE_BY_SIDE[^)\s]*\.md)\)", README.read_text())
+    assert pages, "README links no side-by-side page of the published harness"
+    for i, page in enumerate(pages):  # sbs.agree, then sbs2.agree, ... in the order the README links them
+        agree = re.search(r"\*\*(\d+ of \d+) tasks \([\d.]+ %\) agree\*\*", (ROOT / page).read_text())
+        out[f"sbs{i + 1 if i else ''}.agree"] = agree.group(1)
     page = spread_page().read_text()
     out["spread.within"] = re.search(r"within ±15 %: \*\*(\d+ of \d+)\*\*", page).group(1)
     out["spread.median"] = re.search(r"median \*\*([\d.]+ %)\*\*", page).group(1)
