@@ -271,8 +271,10 @@ def figure(table: list[dict], path, tol: float = TOLERANCE) -> bool:
         ax.set_ylim(lo, hi)
     ax.set_xscale("log")
     ax.set_yscale("log")
-    ax.set_xlabel("published harness: score (mean of two passes)")
-    ax.set_ylabel("workflow (paper protocol): score (mean of two passes)")
+    passes = max((len(r["published"]) for r in pts), default=2)
+    what = "one pass" if passes == 1 else f"mean of {passes} passes"
+    ax.set_xlabel(f"published harness: score ({what})")
+    ax.set_ylabel(f"workflow (paper protocol): score ({what})")
     ax.set_title("Same GPU, same hour: blue agrees, orange explained, red not yet", fontsize=9)
     ax.legend(loc="upper left", fontsize=8)
     fig.tight_layout()
