@@ -16,7 +16,8 @@
 # gpu_run.log.
 # Environment: MODES (default "default"; e.g. default,cuda_graph,cudnn), KEEP=1 (continue the
 # trees already in the working tree, e.g. unpacked from an earlier call's sbs.tgz, instead of
-# starting fresh ones), TASKS (a YAML file or ids instead of the slice), BUDGET_S, PACK_S,
+# starting fresh ones), TASKS (a YAML file or ids instead of the slice; with KEEP=1 and no TASKS, the
+# list recorded in PREFIX-tasks.txt by the call that started the trees), BUDGET_S, PACK_S,
 # TASK_TIMEOUT (seconds per task in the published harness, default 240), PREFIX (results/sbs),
 # WF_CONFIG (one more --config entry for the workflow, e.g. 'paper={outer_trials: 3}',
 # to measure a candidate cause; give such a run a PREFIX of its own), PUB_CPUS (pin the published
@@ -45,7 +46,7 @@ wflogs=("logs/${prefix#results/}-wf1" "logs/${prefix#results/}-wf2")
     echo "gpu_run.sh: $(date -u +%Y-%m-%dT%H:%M:%SZ), $n tasks, blocks of $block, budget $budget s"
     nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,memory.used --format=csv,noheader
     if [ "${KEEP:-0}" != 1 ]; then
-        rm -rf "${trees[@]}" "${wflogs[@]}"
+        rm -rf "${trees[@]}" "${wflogs[@]}" "$prefix-tasks.txt"
         rm -f logs/sbs/timeline.tsv logs/sbs/*-block*.log
     fi
     export TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST:-9.0} PYTHONUNBUFFERED=1
@@ -70,13 +71,16 @@ wflogs=("logs/${prefix#results/}-wf1" "logs/${prefix#results/}-wf2")
     for mode in ${MODES//,/ }; do
         page="$out/SIDE_BY_SIDE.md"
         [ "$mode" = default ] || page="$out/SIDE_BY_SIDE-$mode.md"
-        python3 $here/compare.py --published "$prefix-pub1" "$prefix-pub2" --workflow "$prefix-wf1" "$prefix-wf2" \
+        pubs=() wfs=()  # the passes that ran (a deadline can leave the second pass unrun)
+        for t in "$prefix-pub1" "$prefix-pub2"; do [ -d "$t" ] && pubs+=("$t"); done
+        for t in "$prefix-wf1" "$prefix-wf2"; do [ -d "$t" ] && wfs+=("$t"); done
+        python3 $here/compare.py --published "${pubs[@]}" --workflow "${wfs[@]}" \
             --mode "$mode" ${CAUSES:+--causes "$CAUSES"} --out "$page" \
             --title "The published harness beside the workflow: $mode mode, $gpu, $(date -u +%Y-%m-%d)" ||
             echo "compare failed for $mode (the trees are in sbs.tgz)"
     done
     have=()
-    for p in "${trees[@]}" "${wflogs[@]}" logs/sbs "$prefix-ext/_jobs"; do [ -e "$p" ] && have+=("$p"); done
+    for p in "${trees[@]}" "$prefix-tasks.txt" "${wflogs[@]}" logs/sbs "$prefix-ext/_jobs"; do [ -e "$p" ] && have+=("$p"); done
     tar czf "$out/sbs.tgz" --exclude='*/build/ext' --exclude='*/tasks' "${have[@]}"
     cp logs/sbs/timeline.tsv "$out/" 2>/dev/null
     echo "packed after $(($(date +%s) - t0)) s: $(du -h "$out/sbs.tgz" | cut -f1)"

@@ -9,7 +9,9 @@ task) and the workflow (``python -m snakemake`` on the block's time results, def
 then both again, each into a tree of its own pass (``PREFIX-pub1``, ``PREFIX-wf1``,
 ``PREFIX-pub2``, ``PREFIX-wf2``). Which harness goes first alternates from block to block, so
 a slow drift of the host falls on both alike. Tasks whose results are in all four trees are
-left out, so the same command continues an earlier call's trees.
+left out, so the same command continues an earlier call's trees. The ordered list is recorded
+beside the trees (``PREFIX-tasks.txt``); a call without ``--tasks`` continues that list (the slice
+where there is none), so continuing never mixes another list into the trees unasked.
 
 A block starts only when its estimated time fits before ``--deadline`` (priors from the
 published harness's ~12 s a task and the workflow's per-call start; each harness's estimate is
@@ -36,6 +38,8 @@ except ImportError:  # run as a script
     import run
 
 #: The ten tasks of the first side-by-side run (issue 40), the three far apart first.
+#: The task list where neither ``--tasks`` nor a recorded list gives one.
+SLICE = "config/slices/h100_slice41.yaml"
 FIRST = ("L1_T012", "L1_T019", "L2_T001", "L1_T040", "L3_T001", "L2_T012", "L3_T020", "L3_T031", "L3_T039", "L2_T040")
 
 #: Priors of the time estimate (seconds), from a first run on an H100 (2026-12-06; L1_T012,
@@ -177,12 +181,25 @@ def learn_from_timeline(est: Estimate, tsv: Path, tasks) -> None:
         est.record(cells[1], len(blk), builds([b for b in blk if b in tasks], tasks), cells[2] == "1", float(cells[6]))
 
 
+def task_list(args) -> list[str]:
+    """The ordered task list of this call, recorded in ``PREFIX-tasks.txt``: ``--tasks`` where
+    given, else the list recorded by an earlier call of the same trees, else the slice."""
+    record = Path(f"{args.prefix}-tasks.txt")
+    if args.tasks is None and record.exists():
+        tids = record.read_text().split()
+        say(f"the task list recorded in {record}: {len(tids)} tasks")
+        return tids[: args.n] if args.n else tids
+    tids = ordered_tasks(args.first, run.task_ids(args.tasks or SLICE), args.n)
+    record.parent.mkdir(parents=True, exist_ok=True)
+    record.write_text("\n".join(tids) + "\n")
+    return tids
+
+
 def drive(args, segment_runners=None, now=time.time) -> list[dict]:
     """Run the blocks; returns the timeline (one dict per segment run or left out)."""
     runners = segment_runners or {"pub": run_published, "wf": run_workflow}
     tasks = run.load_tasks(args.release)
-    listed = run.task_ids(args.tasks)
-    all_tids = ordered_tasks(args.first, listed, args.n)
+    all_tids = task_list(args)
     todo = pending(all_tids, args.prefix, args.device, args.modes, args.passes)
     est = Estimate()
     log_dir = Path(args.log_dir)
@@ -238,7 +255,8 @@ def parse_args(argv):
     ap.add_argument("--n", type=int, help="only the first N tasks of the ordered list")
     ap.add_argument("--block", type=int, default=6, help="tasks per block")
     ap.add_argument("--passes", default="1,2", help="the passes each block runs: 1,2 (both, the default), 1 or 2")
-    ap.add_argument("--tasks", default="config/slices/h100_slice41.yaml", help="YAML tasks: list, or ids")
+    ap.add_argument("--tasks", help=f"YAML tasks: list, or ids (default: the list recorded beside the trees, "
+                                    f"else {SLICE})")
     ap.add_argument("--first", default=",".join(FIRST), help="ids put first where listed (comma-separated)")
     ap.add_argument("--device", default="h100")
     ap.add_argument("--release-dir", default=".release", help="a copy of the upstream repository (release, eval/)")

@@ -1,6 +1,7 @@
 """The block driver: task order, alternating segments, the deadline, continuing earlier trees."""
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -129,3 +130,19 @@ def test_the_workflow_call_names_the_blocks_targets_the_whole_list_and_extra_con
     assert cmd[at - 1] == "results/sbs-wf1/h100/time/paper/default/L1_T002.json"
     assert cmd[at + 1:] == ["device=h100", "release_dir=.release", "results_dir=results/sbs-wf1",
                             'tasks=["1/1", "1/2"]', 'modes=["default"]', "paper={outer_trials: 3}"]
+
+
+def test_a_call_without_tasks_continues_the_list_recorded_beside_the_trees(setup):
+    """The first call records its ordered list; a later call that names no list runs that one,
+    not the slice, and one that names a list runs it and records it."""
+    args, clock, calls, runners = setup
+    args.deadline = 10_000
+    sidebyside.drive(args, runners, now=lambda: clock["t"])
+    record = Path(f"{args.prefix}-tasks.txt")
+    assert record.read_text().split() == ["L1_T005", "L1_T001", "L1_T002", "L1_T003"]
+    record.write_text("L1_T002\nL1_T004\n")  # as if an earlier call had measured these two
+    later = sidebyside.parse_args(["--deadline", "1", "--release", args.release, "--prefix", args.prefix])
+    assert later.tasks is None and sidebyside.task_list(later) == ["L1_T002", "L1_T004"]
+    named = sidebyside.parse_args(["--deadline", "1", "--release", args.release, "--prefix", args.prefix,
+                                   "--tasks", "1/3", "--first", ""])
+    assert sidebyside.task_list(named) == ["L1_T003"] and record.read_text().split() == ["L1_T003"]
