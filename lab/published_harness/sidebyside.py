@@ -37,9 +37,9 @@ try:
 except ImportError:  # run as a script
     import run
 
-#: The ten tasks of the first side-by-side run (issue 40), the three far apart first.
 #: The task list where neither ``--tasks`` nor a recorded list gives one.
 SLICE = "config/slices/h100_slice41.yaml"
+#: The ten tasks of the first side-by-side run (issue 40), the three far apart first.
 FIRST = ("L1_T012", "L1_T019", "L2_T001", "L1_T040", "L3_T001", "L2_T012", "L3_T020", "L3_T031", "L3_T039", "L2_T040")
 
 #: Priors of the time estimate (seconds), from a first run on an H100 (2026-12-06; L1_T012,
