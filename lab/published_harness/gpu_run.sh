@@ -21,7 +21,9 @@
 # TASK_TIMEOUT (seconds per task in the published harness, default 240), PREFIX (results/sbs),
 # WF_CONFIG (one more --config entry for the workflow, e.g. 'paper={outer_trials: 3}',
 # to measure a candidate cause; give such a run a PREFIX of its own), PUB_CPUS (pin the published
-# harness's processes, e.g. to the CPU the workflow times on: the highest one), INSTALL=0 (snakemake
+# harness's processes, e.g. to the CPU the workflow times on: the highest one; default: unpinned, as a
+# user runs it), PIN_CPUS (a third arm: the published harness again, pinned to these CPUs, into trees
+# PREFIX-pin1/-pin2; the three-way page THREE_WAY.md), INSTALL=0 (snakemake
 # and l1bench already importable), DEVICE/RELEASE_DIR/HARNESS (another release, e.g. the CPU demo),
 # PASSES (default "1,2": each block runs both passes; "1 2": every block's first pass, then every
 # block's second, so that a deadline leaves every task measured once before any twice),
@@ -41,6 +43,7 @@ here=lab/published_harness
 mkdir -p "$out" logs/sbs
 log=logs/sbs/gpu_run.log
 trees=("$prefix-pub1" "$prefix-wf1" "$prefix-pub2" "$prefix-wf2")
+[ -n "${PIN_CPUS:-}" ] && trees+=("$prefix-pin1" "$prefix-pin2")
 wflogs=("logs/${prefix#results/}-wf1" "logs/${prefix#results/}-wf2")
 {
     echo "gpu_run.sh: $(date -u +%Y-%m-%dT%H:%M:%SZ), $n tasks, blocks of $block, budget $budget s"
@@ -62,7 +65,7 @@ wflogs=("logs/${prefix#results/}-wf1" "logs/${prefix#results/}-wf2")
             --prefix "$prefix" --modes "$MODES" --task-timeout "${TASK_TIMEOUT:-240}" --passes "$passes" \
             --device "${DEVICE:-h100}" --release-dir "${RELEASE_DIR:-.release}" ${HARNESS:+--harness "$HARNESS"} \
             ${TASKS:+--tasks "$TASKS"} ${WF_CONFIG:+--wf-config "$WF_CONFIG"} \
-            ${PUB_CPUS:+--pub-cpus "$PUB_CPUS"} --ext-dir "$prefix-ext" --prebuild "${PREBUILD:-14}"
+            ${PUB_CPUS:+--pub-cpus "$PUB_CPUS"} ${PIN_CPUS:+--pinned-cpus "$PIN_CPUS"} --ext-dir "$prefix-ext" --prebuild "${PREBUILD:-14}"
     done
     echo "blocks done after $(($(date +%s) - t0)) s"
     kill "$sampler" 2>/dev/null

@@ -5,10 +5,11 @@
 
 The task list (``--first`` ids, then the rest of ``--tasks``, the first ``--n``) is cut into
 blocks. Each block runs four segments: the published harness (:mod:`run`, one process per
-task) and the workflow (``python -m snakemake`` on the block's time results, default profile),
-then both again, each into a tree of its own pass (``PREFIX-pub1``, ``PREFIX-wf1``,
-``PREFIX-pub2``, ``PREFIX-wf2``). Which harness goes first alternates from block to block, so
-a slow drift of the host falls on both alike. Tasks whose results are in all four trees are
+task, unpinned as a user runs it) and the workflow (``python -m snakemake`` on the block's time
+results, default profile), then both again, each into a tree of its own pass (``PREFIX-pub1``,
+``PREFIX-wf1``, ``PREFIX-pub2``, ``PREFIX-wf2``). ``--pinned-cpus`` adds a third arm, the
+published harness pinned to those CPUs (``PREFIX-pin1``, ``-pin2``): six segments a block. The
+arm that goes first rotates from block to block, so a slow drift of the host falls on all alike. Tasks whose results are in all four trees are
 left out, so the same command continues an earlier call's trees. The ordered list is recorded
 beside the trees (``PREFIX-tasks.txt``); a call without ``--tasks`` continues that list (the slice
 where there is none), so continuing never mixes another list into the trees unasked.
@@ -64,22 +65,38 @@ def blocks(tids: list[str], size: int) -> list[list[str]]:
     return [tids[i : i + size] for i in range(0, len(tids), max(1, size))]
 
 
-def trees(prefix: str) -> dict[tuple[str, int], str]:
+#: The arms of a run: the published harness as a user runs it (unpinned unless ``--pub-cpus``)
+#: and the workflow; with ``--pinned-cpus``, the published harness pinned to those CPUs as well.
+ARMS = ("pub", "wf")
+ARMS_PINNED = ("pub", "pin", "wf")
+
+
+def arms(args) -> tuple[str, ...]:
+    return ARMS_PINNED if getattr(args, "pinned_cpus", None) else ARMS
+
+
+def trees(prefix: str, harnesses=ARMS) -> dict[tuple[str, int], str]:
     """{(harness, pass): results_dir}."""
-    return {(h, p): f"{prefix}-{h}{p}" for p in (1, 2) for h in ("pub", "wf")}
+    return {(h, p): f"{prefix}-{h}{p}" for p in (1, 2) for h in harnesses}
 
 
-def pending(tids, prefix: str, device: str, modes, passes=(1, 2)) -> list[str]:
+def pending(tids, prefix: str, device: str, modes, passes=(1, 2), harnesses=ARMS) -> list[str]:
     """The tasks some tree of ``passes`` lacks a result of (a mode's time result)."""
-    roots = [root for (_, pss), root in trees(prefix).items() if pss in passes]
+    roots = [root for (_, pss), root in trees(prefix, harnesses).items() if pss in passes]
     return [t for t in tids if not all(run.result_path(root, device, m, t).exists() for root in roots for m in modes)]
 
 
-def segment_order(index: int, passes=(1, 2)) -> list[tuple[str, int]]:
-    """The segments of block ``index`` (both harnesses, each pass of ``passes``): the first
-    harness alternates between blocks."""
-    first = ("pub", "wf") if index % 2 == 0 else ("wf", "pub")
+def segment_order(index: int, passes=(1, 2), harnesses=ARMS) -> list[tuple[str, int]]:
+    """The segments of block ``index`` (every arm, each pass of ``passes``): the arm that goes
+    first rotates from block to block (with two arms: alternates)."""
+    k = index % len(harnesses)
+    first = tuple(harnesses[k:]) + tuple(harnesses[:k])
     return [(h, pss) for pss in passes for h in first]
+
+
+def program(harness: str) -> str:
+    """The program an arm runs (``pin`` is the published harness, pinned): the estimate's key."""
+    return "pub" if harness == "pin" else harness
 
 
 class Estimate:
@@ -115,15 +132,16 @@ def selector(tid: str) -> str:
     return f"{int(level[1:])}/{int(task[1:])}"
 
 
-def run_published(block_tids, tree, args, deadline: float, log) -> None:
-    """The published harness on the block (in this process; one child process per task)."""
+def run_published(block_tids, tree, args, deadline: float, log, cpus=None) -> None:
+    """The published harness on the block (in this process; one child process per task), its
+    processes pinned to ``cpus`` where given."""
     argv = ["--release", args.release, "--harness", args.harness, "--tasks", ",".join(block_tids),
             "--modes", ",".join(args.modes), "--out", tree, "--device", args.device,
             "--timeout", str(args.task_timeout), "--deadline", str(deadline)]
     if args.any_harness:
         argv.append("--any-harness")
-    if args.pub_cpus:
-        argv += ["--cpus", args.pub_cpus]
+    if cpus:
+        argv += ["--cpus", cpus]
     if args.ext_dir:
         argv += ["--ext-dir", args.ext_dir]
     log.write(f"$ run.py {' '.join(argv)}\n")
@@ -175,10 +193,10 @@ def learn_from_timeline(est: Estimate, tsv: Path, tasks) -> None:
     lines = tsv.read_text().splitlines()[1:] if tsv.exists() else []
     for line in lines:
         cells = line.split("\t")
-        if len(cells) < 7 or cells[1] not in ("pub", "wf") or not cells[6]:
+        if len(cells) < 7 or cells[1] not in ARMS_PINNED or not cells[6]:
             continue
         blk = cells[3].split(",")
-        est.record(cells[1], len(blk), builds([b for b in blk if b in tasks], tasks), cells[2] == "1", float(cells[6]))
+        est.record(program(cells[1]), len(blk), builds([b for b in blk if b in tasks], tasks), cells[2] == "1", float(cells[6]))
 
 
 def task_list(args) -> list[str]:
@@ -200,7 +218,9 @@ def drive(args, segment_runners=None, now=time.time) -> list[dict]:
     runners = segment_runners or {"pub": run_published, "wf": run_workflow}
     tasks = run.load_tasks(args.release)
     all_tids = task_list(args)
-    todo = pending(all_tids, args.prefix, args.device, args.modes, args.passes)
+    harnesses = arms(args)
+    todo = pending(all_tids, args.prefix, args.device, args.modes, args.passes, harnesses)
+    cpus = {"pub": args.pub_cpus, "pin": getattr(args, "pinned_cpus", None)}
     est = Estimate()
     log_dir = Path(args.log_dir)
     log_dir.mkdir(parents=True, exist_ok=True)
@@ -219,22 +239,23 @@ def drive(args, segment_runners=None, now=time.time) -> list[dict]:
     learn_from_timeline(est, tsv, tasks)
     for index, blk in enumerate(blocks(todo, args.block)):
         n_build = builds(blk, tasks)
-        need = sum(est.seconds(h, len(blk), n_build, p == 1) for h, p in segment_order(index, args.passes))
+        order = segment_order(index, args.passes, harnesses)
+        need = sum(est.seconds(program(h), len(blk), n_build, p == 1) for h, p in order)
         left = args.deadline - now()
         if need > left:
             say(f"block {index + 1} ({', '.join(blk)}): needs ~{need:.0f} s, {left:.0f} s left: stopped here")
             timeline.append({"block": index + 1, "note": f"not started: needs ~{need:.0f} s, {left:.0f} s left"})
             break
-        for harness, pss in segment_order(index, args.passes):
-            tree = trees(args.prefix)[(harness, pss)]
+        for harness, pss in order:
+            tree = trees(args.prefix, harnesses)[(harness, pss)]
             t0 = now()
             with open(log_dir / f"{harness}{pss}-block{index + 1}.log", "a") as log:
-                if harness == "pub":
-                    runners["pub"](blk, tree, args, args.deadline, log)
-                else:
+                if harness == "wf":
                     runners["wf"](blk, all_tids, tree, args, args.deadline, log)
+                else:
+                    runners["pub"](blk, tree, args, args.deadline, log, cpus=cpus[harness])
             took = now() - t0
-            est.record(harness, len(blk), n_build, pss == 1, took)
+            est.record(program(harness), len(blk), n_build, pss == 1, took)
             row = {"block": index + 1, "harness": harness, "pass": pss, "tasks": ",".join(blk), "start": round(t0),
                    "end": round(now()), "seconds": round(took, 1), "note": ""}
             timeline.append(row)
@@ -267,7 +288,10 @@ def parse_args(argv):
     ap.add_argument("--prefix", default="results/sbs", help="trees PREFIX-pub1, -wf1, -pub2, -wf2")
     ap.add_argument("--task-timeout", type=float, default=240, help="seconds per task in the published harness")
     ap.add_argument("--log-dir", default="logs/sbs")
-    ap.add_argument("--pub-cpus", help="pin the published harness's processes to these CPUs (run.py --cpus)")
+    ap.add_argument("--pub-cpus", help="pin the published harness's processes to these CPUs (run.py --cpus); "
+                                       "default: unpinned, as a user runs it")
+    ap.add_argument("--pinned-cpus", help="a third arm: the published harness again, pinned to these CPUs, into "
+                                          "trees PREFIX-pin1, -pin2 (e.g. 15, the CPU the workflow times on)")
     ap.add_argument("--ext-dir", help="the published harness's TORCH_EXTENSIONS_DIR per task: EXT_DIR/<tid>")
     ap.add_argument("--prebuild", type=int, default=0, metavar="N",
                     help="with --ext-dir: build every task's extensions for the published harness first, N at a time")

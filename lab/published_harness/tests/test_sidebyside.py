@@ -23,6 +23,15 @@ def test_the_first_harness_alternates_between_blocks():
     assert sidebyside.segment_order(1, (2,)) == [("wf", 2), ("pub", 2)]
 
 
+def test_with_a_pinned_arm_the_arm_that_goes_first_rotates():
+    arms = sidebyside.ARMS_PINNED
+    assert sidebyside.segment_order(0, (1,), arms) == [("pub", 1), ("pin", 1), ("wf", 1)]
+    assert sidebyside.segment_order(1, (1,), arms) == [("pin", 1), ("wf", 1), ("pub", 1)]
+    assert sidebyside.segment_order(2, (1, 2), arms)[:3] == [("wf", 1), ("pub", 1), ("pin", 1)]
+    assert sidebyside.segment_order(3, (1,), arms) == sidebyside.segment_order(0, (1,), arms)
+    assert set(sidebyside.trees("r/s", arms).values()) == {f"r/s-{h}{p}" for h in arms for p in (1, 2)}
+
+
 def test_the_estimate_learns_from_what_segments_took():
     est = sidebyside.Estimate({"pub_task": 10.0, "pub_build": 30.0, "wf_call": 10.0, "wf_task": 5.0,
                                "wf_build": 40.0})
@@ -39,7 +48,7 @@ def setup(tmp_path):
                                   "--block", "2", "--release", str(release), "--prefix", str(tmp_path / "r" / "sbs"),
                                   "--log-dir", str(tmp_path / "logs")])
     clock = {"t": 0.0}
-    calls = []
+    calls, pinned = [], []
 
     def write(tree, blk):
         for tid in blk:
@@ -47,8 +56,9 @@ def setup(tmp_path):
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(json.dumps({"status": "ok", "score": 1.0}))
 
-    def pub(blk, tree, args, deadline, log):
+    def pub(blk, tree, args, deadline, log, cpus=None):
         calls.append(("pub", tree.rsplit("-", 1)[1], tuple(blk)))
+        pinned.append((tree.rsplit("-", 1)[1], cpus))
         clock["t"] += 100.0 * len(blk)
         write(tree, blk)
 
@@ -58,6 +68,7 @@ def setup(tmp_path):
         clock["t"] += 50.0
         write(tree, blk)
 
+    pub.seen_cpus = pinned  # (tree's arm and pass, the CPUs it was pinned to)
     return args, clock, calls, {"pub": pub, "wf": wf}
 
 
@@ -96,6 +107,18 @@ def test_the_estimate_starts_from_what_the_timeline_already_holds(setup, tmp_pat
                    "1\tpub\t1\tL1_T002\t0\t18\t18.0\t\n1\twf\t1\tL1_T002\t18\t90\t72.0\t\n")
     timeline = sidebyside.drive(args, runners, now=lambda: clock["t"])
     assert calls == [] and timeline[0]["note"].startswith("not started")
+
+
+def test_a_pinned_arm_runs_the_published_harness_pinned_into_trees_of_its_own(setup):
+    args, clock, calls, runners = setup
+    args.deadline, args.pinned_cpus = 10_000, "15"
+    sidebyside.drive(args, runners, now=lambda: clock["t"])
+    assert len(calls) == 2 * 6 and {c[1] for c in calls} == {"pub1", "pin1", "wf1", "pub2", "pin2", "wf2"}
+    assert set(runners["pub"].seen_cpus) == {("pub1", None), ("pub2", None), ("pin1", "15"), ("pin2", "15")}
+    assert [c[1] for c in calls[6:9]] == ["pin1", "wf1", "pub1"]  # block 2 starts with the second arm
+    calls.clear()
+    sidebyside.drive(args, runners, now=lambda: clock["t"])
+    assert calls == []
 
 
 def test_tasks_done_in_all_four_trees_are_left_out(setup):
