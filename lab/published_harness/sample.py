@@ -21,8 +21,14 @@ import random
 import sys
 from pathlib import Path
 
-#: The tasks the earlier side-by-side runs measured.
+try:
+    from . import run
+except ImportError:  # run as a script
+    import run
+
+#: The tasks the earlier side-by-side runs measured (relative to the repository's root).
 SLICE = "config/slices/h100_slice41.yaml"
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def population(sizes: dict[str, dict], exclude: set[str], max_m: float | None) -> list[str]:
@@ -50,8 +56,6 @@ def main(argv=None) -> int:
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the lab's l1lab
     from l1lab.drawcost import input_elements
 
-    import run
-
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--release", required=True, help="the release file (flat JSONL)")
     ap.add_argument("--seed", type=int, required=True)
@@ -61,7 +65,10 @@ def main(argv=None) -> int:
     ap.add_argument("--out", required=True)
     args = ap.parse_args(sys.argv[1:] if argv is None else argv)
     max_m = args.max_m or None
-    pool = population(input_elements(args.release), set(run.task_ids(args.exclude)), max_m)
+    exclude = args.exclude
+    if not Path(exclude).is_file() and (ROOT / exclude).is_file():  # the slice, from anywhere
+        exclude = ROOT / exclude
+    pool = population(input_elements(args.release), set(run.task_ids(str(exclude))), max_m)
     tids = draw(pool, args.n, args.seed)
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(render(tids, args.seed, len(pool), max_m, args.release, args.exclude))
@@ -70,5 +77,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
     sys.exit(main())

@@ -9,7 +9,8 @@ task, unpinned as a user runs it) and the workflow (``python -m snakemake`` on t
 results, default profile), then both again, each into a tree of its own pass (``PREFIX-pub1``,
 ``PREFIX-wf1``, ``PREFIX-pub2``, ``PREFIX-wf2``). ``--pinned-cpus`` adds a third arm, the
 published harness pinned to those CPUs (``PREFIX-pin1``, ``-pin2``): six segments a block. The
-arm that goes first rotates from block to block, so a slow drift of the host falls on all alike. Tasks whose results are in all four trees are
+arm that goes first rotates from block to block, so a slow drift of the host falls on all alike.
+Tasks whose results are in every tree are
 left out, so the same command continues an earlier call's trees. The ordered list is recorded
 beside the trees (``PREFIX-tasks.txt``); a call without ``--tasks`` continues that list (the slice
 where there is none), so continuing never mixes another list into the trees unasked.
@@ -196,7 +197,8 @@ def learn_from_timeline(est: Estimate, tsv: Path, tasks) -> None:
         if len(cells) < 7 or cells[1] not in ARMS_PINNED or not cells[6]:
             continue
         blk = cells[3].split(",")
-        est.record(program(cells[1]), len(blk), builds([b for b in blk if b in tasks], tasks), cells[2] == "1", float(cells[6]))
+        n_build = builds([b for b in blk if b in tasks], tasks)
+        est.record(program(cells[1]), len(blk), n_build, cells[2] == "1", float(cells[6]))
 
 
 def task_list(args) -> list[str]:

@@ -8,8 +8,10 @@ as the earlier side-by-side pages ran it) and the workflow (c), two passes each,
 Per task: each arm's mean score and run-to-run spread (|pass 2 − pass 1| / pass 1), the gaps
 c/a − 1 and c/b − 1 (the workflow against each way of running the harness) and b/a − 1 (what
 pinning does to the harness itself); a gap is *beyond the spreads* when it is larger than ±15 %
-and larger than the wider of the two arms' spreads. Tasks are split by whether the workflow flags
-them ``HOST_BOUND`` (its median launch is most of its timed call, in either pass).
+and larger than the wider of the two arms' spreads. Tasks are split by whether the workflow's
+result is ``HOST_BOUND`` in either pass (a side's median launch is at least 80 % of its median timed
+call: ``l1bench.timing.hostclock.host_bound_sides``, the tables' flag); each task's row gives the
+workflow's host-bound sides and launch shares.
 """
 
 from __future__ import annotations
@@ -28,15 +30,34 @@ ARMS = ("a", "b", "c")
 NAMES = {"a": "published, unpinned", "b": "published, pinned", "c": "workflow"}
 #: The gaps of the page: (name, numerator arm, denominator arm).
 GAPS = (("c/a", "c", "a"), ("c/b", "c", "b"), ("b/a", "b", "a"))
-HOST_BOUND = "HOST_BOUND"
 
 
-def rows(passes: dict[str, list[dict]], tol: float = compare.TOLERANCE) -> list[dict]:
-    """One row per task scored or judged in any pass of any arm."""
+def host_bound(trees, mode: str) -> dict[str, dict]:
+    """{tid: {"sides": host-bound sides in any pass, "shares": {side: launch share, max over passes}}}
+    of the workflow's time results."""
+    from l1bench.timing import hostclock
+
+    out: dict[str, dict] = {}
+    for tree in trees:
+        root = compare.device_root(tree)
+        for path in sorted((root / "time" / "paper" / mode).glob("*.json")):
+            res = compare._load(path) or {}
+            entry = out.setdefault(path.stem, {"sides": set(), "shares": {}})
+            entry["sides"] |= set(hostclock.host_bound_sides(res) or ())
+            for side, share in (hostclock.launch_shares(res) or {}).items():
+                entry["shares"][side] = max(share, entry["shares"].get(side, 0.0))
+    return out
+
+
+def rows(passes: dict[str, list[dict]], tol: float = compare.TOLERANCE, bound: dict | None = None) -> list[dict]:
+    """One row per task scored or judged in any pass of any arm; ``bound``: :func:`host_bound`."""
+    bound = bound or {}
     found = sorted(set().union(*(p for arm in passes.values() for p in arm)))
     out = []
     for tid in found:
-        row = {"tid": tid, "host_bound": False, "statuses": {}}
+        hb = bound.get(tid) or {"sides": set(), "shares": {}}
+        row = {"tid": tid, "host_bound": bool(hb["sides"]), "bound_sides": sorted(hb["sides"]),
+               "shares": hb["shares"], "statuses": {}}
         for arm, trees in passes.items():
             got = [p.get(tid) or {} for p in trees]
             scores = [g.get("score") for g in got]
@@ -45,7 +66,6 @@ def rows(passes: dict[str, list[dict]], tol: float = compare.TOLERANCE) -> list[
             row[f"{arm}_spread"] = compare.spread(scores)
             row["statuses"][arm] = [g.get("status") for g in got]
             if arm == "c":
-                row["host_bound"] = any(HOST_BOUND in (g.get("flags") or ()) for g in got)
                 row["flags"] = sorted({f for g in got for f in g.get("flags") or ()})
         for name, num, den in GAPS:
             top, bottom = row[f"{num}_mean"], row[f"{den}_mean"]
@@ -105,7 +125,8 @@ def render(table: list[dict], title: str, lines: list[str]) -> str:
     out += ["", "a = " + NAMES["a"] + ", b = " + NAMES["b"] + ", c = " + NAMES["c"] + "; scores are pass 1 / pass 2; "
             "spread = |pass 2 − pass 1| / pass 1; c/a = c's mean / a's mean − 1; **bold**: beyond ±15 % and beyond "
             "the wider of the two arms' spreads.", "",
-            "| task | host-bound | a 1 / 2 | spread | b 1 / 2 | spread | c 1 / 2 | spread | c/a | c/b | b/a "
+            "| task | host-bound (launch share ref / custom) | a 1 / 2 | spread | b 1 / 2 | spread | c 1 / 2 | spread "
+            "| c/a | c/b | b/a "
             "| workflow flags |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in table:
         gaps = []
@@ -113,7 +134,9 @@ def render(table: list[dict], title: str, lines: list[str]) -> str:
             cell = _pct(r[name], True)
             gaps.append(f"**{cell}**" if r[f"{name}_beyond"] else cell)
         arms = [f"{_scores(r[a], r['statuses'][a])} | {_pct(r[f'{a}_spread'])}" for a in ARMS]
-        out.append(f"| {r['tid']} | {'yes' if r['host_bound'] else 'no'} | {' | '.join(arms)} | {' | '.join(gaps)} "
+        shares = " / ".join(f"{r['shares'][s]:.2f}" if s in r["shares"] else "—" for s in ("ref", "custom"))
+        bound = ", ".join(r["bound_sides"]) or "no"
+        out.append(f"| {r['tid']} | {bound} ({shares}) | {' | '.join(arms)} | {' | '.join(gaps)} "
                    f"| {', '.join(r['flags']) or '—'} |")
     return "\n".join(out) + "\n"
 
@@ -132,7 +155,7 @@ def main(argv=None) -> int:
     passes = {"a": [compare.read_pass(p, args.mode) for p in args.unpinned],
               "b": [compare.read_pass(p, args.mode) for p in args.pinned],
               "c": [compare.read_pass(p, args.mode) for p in args.workflow]}
-    text = render(rows(passes), args.title, args.line)
+    text = render(rows(passes, bound=host_bound(args.workflow, args.mode)), args.title, args.line)
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(args.out).with_name(f".{Path(args.out).name}.tmp")

@@ -1,0 +1,96 @@
+"""The three-way page (unpinned, pinned, workflow) and the random sample it runs on."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from published_harness import sample, threeway
+from published_harness.tests.test_compare import write
+
+# tid: (a1, a2, b1, b2, c1, c2): unpinned harness, pinned harness, workflow
+SCORES = {
+    "L1_T091": (1.00, 1.02, 1.30, 1.28, 1.29, 1.31),  # host-bound: pinning moves the harness +28 %, c/a beyond
+    "L2_T050": (3.00, 3.05, 3.02, 3.01, 3.03, 2.99),  # GPU-bound: all agree
+    "L3_T042": (2.0, 2.6, 2.1, 2.2, 2.4, 2.5),  # +7 % against a, whose own spread is 30 %
+}
+
+
+def timed(score: float, launch_us: float | None) -> dict:
+    res = {"status": "ok", "score": score, "ref_ms": [[0.1] * 10], "custom_ms": [[0.1 / score] * 10]}
+    if launch_us is not None:
+        res["host_timing"] = {"launch_median_us": {"ref": launch_us, "custom": 5.0}}
+    return res
+
+
+@pytest.fixture()
+def trees(tmp_path):
+    names = ("a1", "a2", "b1", "b2", "c1", "c2")
+    roots = {n: tmp_path / n for n in names}
+    for tid, scores in SCORES.items():
+        for name, score in zip(names, scores, strict=True):
+            if name.startswith("c"):
+                write(roots[name], tid, timed(score, 95.0 if tid == "L1_T091" else 10.0), {"status": "pass"})
+            else:
+                write(roots[name], tid, {"status": "ok", "score": score, "harness": "published", "verdict": "pass"})
+    for name in names:  # one task found incorrect by every arm
+        write(roots[name], "L1_T069", {"status": "incorrect", "score": None, "harness": "published"})
+    return roots
+
+
+def read(trees, *names):
+    return [threeway.compare.read_pass(trees[n], "default") for n in names]
+
+
+def test_rows_hold_each_arms_spread_and_the_three_gaps(trees):
+    passes = {"a": read(trees, "a1", "a2"), "b": read(trees, "b1", "b2"), "c": read(trees, "c1", "c2")}
+    bound = threeway.host_bound([trees["c1"], trees["c2"]], "default")
+    row = {r["tid"]: r for r in threeway.rows(passes, bound=bound)}
+    t091 = row["L1_T091"]
+    assert t091["host_bound"] and t091["bound_sides"] == ["ref"] and t091["shares"]["ref"] == pytest.approx(0.95)
+    assert t091["c/a"] == pytest.approx(1.30 / 1.01 - 1) and t091["c/a_beyond"] is True
+    assert t091["c/b"] == pytest.approx(1.30 / 1.29 - 1) and t091["c/b_beyond"] is False
+    assert t091["b/a_beyond"] is True
+    assert not row["L2_T050"]["host_bound"] and row["L2_T050"]["c/a_beyond"] is False
+    assert row["L3_T042"]["a_spread"] == pytest.approx(0.3) and row["L3_T042"]["c/a_beyond"] is False
+    assert row["L1_T069"]["c/a"] is None and row["L1_T069"]["statuses"]["a"] == ["incorrect", "incorrect"]
+
+
+def test_the_page_splits_by_host_bound_and_marks_gaps_beyond_the_spreads(trees, tmp_path):
+    out = tmp_path / "THREE_WAY.md"
+    args = ["--unpinned", str(trees["a1"]), str(trees["a2"]), "--pinned", str(trees["b1"]), str(trees["b2"]),
+            "--workflow", str(trees["c1"]), str(trees["c2"]), "--line", "* seed 1", "--out", str(out)]
+    assert threeway.main(args) == 0
+    text = out.read_text()
+    assert "* seed 1" in text
+    summary = {line.split(" | ")[0].strip("| "): line for line in text.splitlines() if line.startswith("| ")}
+    assert summary["all"].startswith("| all | 4 |") and "| 2 of 3 |" in summary["all"]
+    assert summary["host-bound"].startswith("| host-bound | 1 |") and "L1_T091" in summary["host-bound"]
+    assert "| ref (0.95 / 0.07) |" in text and "**+29 %**" in text
+
+
+def test_the_sample_is_the_seeds_draw_over_the_population(tmp_path):
+    sizes = {"L1_T001": {"has_code": True, "m": 1.0}, "L1_T002": {"has_code": False, "m": 1.0},
+             "L1_T003": {"has_code": True, "m": 50.0}, "L1_T004": {"has_code": True, "error": "x"},
+             "L2_T005": {"has_code": True, "m": 2.0}, "L3_T006": {"has_code": True, "m": 0.1}}
+    pool = sample.population(sizes, {"L1_T001"}, 10.0)
+    assert pool == ["L2_T005", "L3_T006"]
+    assert sample.draw(pool, 5, 7) == sorted(pool, key=lambda t: sample.draw(pool, 5, 7).index(t))
+    assert sample.draw(pool, 1, 7) == sample.draw(list(reversed(pool)), 1, 7)  # order of the pool does not matter
+    text = sample.render(["L2_T005", "L3_T006"], 7, 2, 10.0, "x/h100.json", "slice.yaml")
+    assert 'tasks: ["2/5", "3/6"]' in text and "seed: 7" in text and "random.Random(7)" in text
+
+
+def test_the_recorded_sample_is_what_its_seed_draws(tmp_path):
+    """The committed h100 sample is the draw its header names, over the real release."""
+    release = Path(__file__).resolve().parents[3] / ".." / "shared" / "cuda-l1" / "optimized_cuda_code" / "h100.json"
+    import os
+
+    release = Path(os.environ.get("L1_RELEASE_DIR", release.parents[1])) / "optimized_cuda_code" / "h100.json"
+    if not release.exists():
+        pytest.skip(f"no release at {release}")
+    pytest.importorskip("torch")
+    out = tmp_path / "s.yaml"
+    sample.main(["--release", str(release), "--seed", "20261207", "--n", "22", "--max-m", "10", "--out", str(out)])
+    committed = Path(__file__).resolve().parents[1] / "samples" / "h100-seed20261207.yaml"
+    assert json.dumps(out.read_text().split("\n")[2:]) == json.dumps(committed.read_text().split("\n")[2:])
