@@ -74,8 +74,9 @@ BASELINE_PATHS = plan.BASELINE_PATHS
 
 
 def check_release_dir():
-    """A release_dir that is not a release stops the run (one line), whatever is on disk."""
-    if IS_DEMO or not config["release_dir"]:
+    """A release_dir that is not a release (for the demo: a folder like config/demo) stops the
+    run (one line), whatever is on disk."""
+    if not config["release_dir"]:
         return
     problem = preflight.release_dir_problem(config["release_dir"], RELEASE_PATH)
     if problem:

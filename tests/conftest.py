@@ -69,6 +69,21 @@ def tasks(tmp_path_factory):
 
 
 @pytest.fixture(autouse=True)
+def _no_scratch_folder_left():
+    """A test leaves no job script's scratch folder in the temp folder (``helpers.scratch_left``):
+    a test that kills a job script points that script's TMPDIR at its tmp_path."""
+    import tempfile
+
+    from helpers import scratch_left
+
+    before = set(Path(tempfile.gettempdir()).glob("l1bench-*"))
+    yield
+    left = scratch_left(tempfile.gettempdir(), before)
+    if left:
+        pytest.fail(f"left in the temp folder by a killed job script: {', '.join(map(str, left))}", pytrace=False)
+
+
+@pytest.fixture(autouse=True)
 def _timing_plan_kept():
     """Each test leaves the process's timing-CPU plan (``timingcpus._TIMING_PLAN``, set by
     ``reserve_timing_cpus``) as it found it: a plan left by a test of a fake 16-CPU machine made

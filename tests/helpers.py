@@ -52,6 +52,20 @@ def copy_committed(dest, device="h100", src=None):
     return out
 
 
+def scratch_left(root, before=()) -> list[Path]:
+    """The job scripts' scratch folders below ``root`` (``l1bench-<pid>-…``,
+    ``l1bench.runner.scratch_prefix``), not in ``before``, whose process is gone: a job script
+    removes its own when it ends, so these were left by one that was killed."""
+    from l1bench import lifeline
+
+    left = []
+    for path in sorted(Path(root).glob("l1bench-*-*")):
+        pid = path.name.split("-")[1]
+        if path.is_dir() and pid.isdigit() and path not in before and not lifeline.alive(pid):
+            left.append(path)
+    return left
+
+
 def job_counts(text):
     """{rule: count} from snakemake's 'Job stats' table."""
     block = text.split("Job stats:")[-1]

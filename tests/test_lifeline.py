@@ -111,7 +111,9 @@ def test_a_worker_dies_with_its_job_script(tasks, tmp_path):
         "run_worker(json.load(open(sys.argv[1])), 600, sys.argv[2])"
     )
     log = tmp_path / "job.log"
-    job_script = subprocess.Popen([sys.executable, "-c", script, str(job), str(log)])
+    # its scratch folder in tmp_path: killed, the job script cannot remove it
+    job_script = subprocess.Popen([sys.executable, "-c", script, str(job), str(log)],
+                                  env=dict(os.environ, TMPDIR=str(tmp_path)))
     worker_job = "(not started)"
     try:
         # the worker's job file lies in a scratch folder named in the log's "$ ..." line
@@ -126,6 +128,23 @@ def test_a_worker_dies_with_its_job_script(tasks, tmp_path):
         job_script.kill()
         for pid in pids_running(worker_job):
             os.kill(pid, signal.SIGKILL)
+
+
+def test_a_scratch_folder_left_by_a_killed_job_script_is_found(tmp_path):
+    """What the check after each test (conftest) looks for: a job script's scratch folder whose
+    process is gone; not one in use, nor a lock file."""
+    from helpers import scratch_left
+
+    from l1bench.runner import scratch_prefix
+
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    left = tmp_path / f"l1bench-{gone.pid}-abc"
+    for path in (left, tmp_path / f"{scratch_prefix()}def"):  # the second is this process's
+        path.mkdir()
+    (tmp_path / "l1bench-cpu.lock").touch()
+    assert scratch_left(tmp_path) == [left]
+    assert scratch_left(tmp_path, before={left}) == []
 
 
 def test_a_job_stops_when_its_workflow_is_gone(tasks, tmp_path, monkeypatch):

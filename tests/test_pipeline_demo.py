@@ -87,12 +87,23 @@ def test_first_run_gives_the_broken_tasks_failed_rows(demo_run):
         times = [json.loads(p.read_text())["status"] for p in res.glob(f"time/paper/*/{tid}.json")]
         assert times == [status] * 5
     hung = json.loads((res / "check/L1_T005.json").read_text())["failed_attempts"]
-    assert all("held the GPU lock for more than 10 s" in a["error"] for a in hung)  # timeouts.demo_section
+    assert all("held the CPU lock for more than 10 s" in a["error"] for a in hung)  # timeouts.demo_section
     log = (work / "logs/demo/check_task/L1_T005.log").read_text()  # the last attempt's
-    assert "held the GPU lock for more than 10 s" in log and "giving up, status timeout" in log
+    assert "held the CPU lock for more than 10 s" in log and "giving up, status timeout" in log
     assert "SIGKILL" in (work / "logs/demo/check_task/L1_T006.log").read_text()
     assert "| timeout" in (res / "per_task.md").read_text() and "| crashed" in (res / "per_task.md").read_text()
     assert (res / "figures/measured_vs_published.png").stat().st_size > 1000
+
+
+@pytest.mark.slow
+def test_the_demo_names_the_torch_it_ran_on(demo_run):
+    """The extension page names the torch (and CUDA) of the results, from their provenance."""
+    import torch
+
+    work, _ = demo_run
+    page = (work / "results/demo/extension_failures.md").read_text()
+    cuda = f" / CUDA {torch.version.cuda}" if torch.version.cuda else " without CUDA"
+    assert f"that torch {torch.__version__}{cuda} (what these results ran on) no longer offers" in page
 
 
 @pytest.mark.slow

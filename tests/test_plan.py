@@ -80,7 +80,8 @@ def test_the_task_index_selection_and_tasks_without_code():
 
 def test_where_the_release_is_and_its_checksums():
     commit = CONFIG["upstream"]["commit"]
-    assert plan.release_root(True, "../shared/cuda-l1", commit) == plan.DEMO_RELEASE
+    assert plan.release_root(True, "my-demo", commit) == "my-demo"  # a demo release of the user's
+    assert plan.release_root(True, None, commit) == plan.DEMO_RELEASE
     assert plan.release_root(False, "../shared/cuda-l1", commit) == "../shared/cuda-l1"
     assert plan.release_root(False, None, commit) == f"resources/cuda-l1/{commit}"
     assert plan.release_inputs("config/demo", "demo", True) == {"release": "config/demo/optimized_cuda_code/demo.json"}

@@ -30,6 +30,9 @@ def test_a_release_dir_must_hold_the_release(tmp_path):
     (tmp_path / "optimized_cuda_code").mkdir()
     (tmp_path / "optimized_cuda_code/h100.json").write_text("{}\n")
     assert preflight.release_dir_problem(tmp_path, "optimized_cuda_code/h100.json") is None
+    # the demo's own layout: its one file, as config/demo holds it
+    assert preflight.release_dir_problem(tmp_path, "optimized_cuda_code/demo.json") == (
+        f"release_dir={tmp_path}: {tmp_path}/optimized_cuda_code/demo.json not found ({preflight.DEMO_LAYOUT})")
 
 
 def put(path, status):
@@ -75,7 +78,7 @@ def test_the_hint_names_what_failed_and_why():
          "written; the next run retries, attempt 1 of 3): L1_T006: worker crashed (signal SIGKILL), see log\n"),
         ("check_task", "results/demo/check/L1_T005.json",
          "2026-12-03 16:14:38,982 FAILED (no result written; the next run retries, attempt 1 of 3): "
-         "L1_T005: held the GPU lock for more than 10 s\n"),
+         "L1_T005: held the CPU lock for more than 10 s\n"),
         ("fetch_release_file", "resources/cuda-l1/x/optimized_cuda_code/h100.json", "ERROR download failed\n"),
     ])
     failed = preflight.failed_jobs([log])
@@ -84,7 +87,7 @@ def test_the_hint_names_what_failed_and_why():
     lines = hint.splitlines()
     assert lines[0] == "3 jobs failed; every other result is kept."
     assert "download failed (no network?)" in lines[1] and "release_dir=FOLDER" in hint
-    assert lines[2] == ("  check_task results/demo/check/L1_T005.json: L1_T005: held the GPU lock for more than 10 s, "
+    assert lines[2] == ("  check_task results/demo/check/L1_T005.json: L1_T005: held the CPU lock for more than 10 s, "
                         "log results/demo/check/L1_T005.json.log")
     assert "L1_T006: worker crashed (signal SIGKILL)" in lines[3]
     assert "CUDA fault" not in hint

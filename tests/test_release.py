@@ -116,6 +116,19 @@ def test_truncated_line(tmp_path):
     assert ":2:" in msg and "invalid JSON" in msg
 
 
+@pytest.mark.parametrize(
+    ("line", "why"),
+    [
+        ('{"ref_code": "abc', "(Unterminated string starting at column 14)"),
+        ('{"level": 1} x', "(Extra data at column 14)"),
+        ('{"level" 1}', "(Expecting ':' delimiter at column 10)"),
+    ],
+)
+def test_invalid_json_names_the_column_once(tmp_path, line, why):
+    msg = bad(tmp_path, line + "\n")
+    assert msg.endswith(f":1: invalid JSON {why}") and " at at " not in msg
+
+
 def test_missing_field(tmp_path):
     row = json.loads(flat_line())
     del row["ref_code"]

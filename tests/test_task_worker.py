@@ -239,7 +239,8 @@ def test_a_killed_job_script_ends_its_step(tasks, tmp_path):
         "p = pathlib.Path(sys.argv[1]); "
         "run_in_task_worker(json.loads(p.read_text()), 300, p.parent / 'L1_T005.log', p.parent / 'tw', idle_s=60)"
     )
-    script = subprocess.Popen([sys.executable, "-c", code, str(spec)])
+    # its scratch folder in tmp_path: killed, the job script cannot remove it
+    script = subprocess.Popen([sys.executable, "-c", code, str(spec)], env=dict(os.environ, TMPDIR=str(tmp_path)))
     log = tmp_path / "L1_T005.log"
     try:
         assert wait_for(lambda: log.exists() and "step 1 (check)" in log.read_text(), 60)

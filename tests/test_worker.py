@@ -466,6 +466,14 @@ def test_holding_the_lock_too_long_is_cut_short(tmp_path):
         proc.wait()
 
 
+def test_a_section_timeout_names_the_device_the_job_ran_on():
+    from l1bench import runner
+
+    for backend, device in (("cpu", "CPU"), ("cuda", "GPU")):
+        err = runner.job_error("L1_T005", runner.SectionTimeout, 90, 10, runner.device_word({"backend": backend}))
+        assert str(err) == f"L1_T005: held the {device} lock for more than 10 s"
+
+
 def test_compile_backend_releases_the_lock_while_generating_code(tmp_path):
     """The first call of a compiled model runs inside the GPU section, but its code
     generation lets go of the lock (and the compiled model computes what eager does)."""

@@ -105,6 +105,32 @@ def test_committed_gpu_results_are_not_replanned(tmp_path, release_dir, current_
     assert counts.get("split_release") == (1 if counts.get("check_task") or counts.get("time_task") else None)
 
 
+def test_the_demo_reads_the_release_dir_it_is_given(tmp_path):
+    """device=demo (the default) with release_dir: that folder is the demo's release, as
+    config/demo is without it. One that is not there, or holds a broken release, stops the run
+    with one line naming it; a shortened copy plans its own tasks. Nothing is written."""
+    copy_workflow(tmp_path)
+    mine = tmp_path / "my-demo/optimized_cuda_code"
+    mine.mkdir(parents=True)
+    lines = (ROOT / "config/demo/optimized_cuda_code/demo.json").read_text().splitlines()
+
+    def plan(release_dir):
+        cmd = SNAKEMAKE + ["-n", "--cores", "2", "--config", f"release_dir={release_dir}"]
+        proc = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=300)
+        return proc.returncode, proc.stdout + proc.stderr
+
+    rc, out = plan("/no/such/dir")
+    assert rc != 0 and "release_dir=/no/such/dir: no such folder (a demo release folder holds " \
+        "optimized_cuda_code/demo.json, as config/demo does)" in out, out[-1500:]
+    (mine / "demo.json").write_text(lines[0] + "\n" + lines[1][:150] + "\n")  # truncated line 2
+    rc, out = plan(mine.parent)
+    assert rc != 0 and f"{mine / 'demo.json'}:2: invalid JSON" in out, out[-1500:]
+    (mine / "demo.json").write_text("\n".join(lines[:3]) + "\n")  # its first three tasks
+    rc, out = plan(mine.parent)
+    assert rc == 0 and job_counts(out)["check_task"] == 3, out[-1500:]
+    assert not (tmp_path / "results").exists() and not (tmp_path / "logs").exists()
+
+
 def test_strict_modes_limit_the_strict_jobs(tmp_path):
     """protocol=both with strict.modes=[default]: every mode paper-timed, only default strictly."""
     copy_workflow(tmp_path)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import re
 import sys
+from collections import Counter
 from pathlib import Path
 
 from l1bench.results import Status
@@ -45,16 +46,32 @@ def curation_file(results_root) -> Path:
 CURATION = "curation"
 
 
+def _results(root: Path):
+    """(path, result) of every readable check and time result below ``root``."""
+    for path in sorted(list(root.glob("check/*.json")) + list(root.glob("time/*/*/*.json"))):
+        try:
+            yield path, json.loads(path.read_text())
+        except ValueError:
+            continue
+
+
+def toolchain(results_root) -> str:
+    """The torch (and CUDA) that most of the results were made with, from their provenance:
+    ``torch 2.11.0+cu130 / CUDA 13.0``, ``torch 2.13.0+cpu without CUDA``."""
+    made = Counter((p.get("torch"), p.get("cuda")) for _, r in _results(Path(results_root))
+                   if (p := r.get("provenance") or {}).get("torch"))
+    if not made:
+        return "the torch of these results (not recorded)"
+    torch, cuda = made.most_common(1)[0][0]
+    return f"torch {torch} / CUDA {cuda}" if cuda else f"torch {torch} without CUDA"
+
+
 def collect(results_root, notes=CURATION) -> dict[str, dict]:
     """{tid: {extension, error, cause, source}} over the check/time results and the annotations
     (``notes``: a file, :data:`CURATION` for :func:`curation_file`, None for none)."""
     root = Path(results_root)
     found: dict[str, dict] = {}
-    for path in sorted(list(root.glob("check/*.json")) + list(root.glob("time/*/*/*.json"))):
-        try:
-            res = json.loads(path.read_text())
-        except ValueError:
-            continue
+    for path, res in _results(root):
         for fail in res.get("extension_failures") or ():
             if res["tid"] not in found:
                 err = short_error(str(fail.get("error", "")))
@@ -108,9 +125,9 @@ def render(results_root, device: str = "h100", notes=CURATION) -> str:
         "*source* errors that no "
         "torch compiles (a function bound in the module not declared in `cpp_sources`, a "
         "`PYBIND11_MODULE` next to `functions=`, …): the published speedup can only have timed the "
-        f"fallback too. {n_api} use a *torch/toolchain API* that torch 2.11 / CUDA 13 no longer offers "
-        "(`tensor.type()` in `AT_DISPATCH_*`, `AT_CUDA_CHECK`, a C++14 flag): they may have built with the "
-        f"authors' torch. {n_unknown} failed without a compiler message in the result. The cause is "
+        f"fallback too. {n_api} use a *torch/toolchain API* that {toolchain(root)} (what these results ran on) "
+        "no longer offers (`tensor.type()` in `AT_DISPATCH_*`, `AT_CUDA_CHECK`, a C++14 flag): they may have "
+        f"built with the authors' torch. {n_unknown} failed without a compiler message in the result. The cause is "
         "classified from the message (`l1bench.extensions.cause_of`).",
         "",
         "| Task | Extension | Cause | First compiler error | Default: published → measured | Source |",

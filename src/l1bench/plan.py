@@ -173,12 +173,11 @@ def build_priority(tid: str) -> int:
 
 
 def release_root(is_demo: bool, release_dir: str | None, commit: str) -> str:
-    """Folder holding the release: the demo, a user's copy, or the download cache."""
-    if is_demo:
-        return DEMO_RELEASE
+    """Folder holding the release: a user's copy (``release_dir``, for the demo too), the
+    embedded demo, or the download cache."""
     if release_dir:
         return release_dir
-    return f"resources/cuda-l1/{commit}"
+    return DEMO_RELEASE if is_demo else f"resources/cuda-l1/{commit}"
 
 
 def release_inputs(root: str, device: str, is_demo: bool) -> dict[str, str]:

@@ -17,6 +17,8 @@ from l1bench import attempts
 from l1bench.results import UPSTREAM, no_worker_needed
 
 RELEASE_LAYOUT = "a release folder holds optimized_cuda_code/ and more_baselines/ as in the upstream repository"
+#: The same for ``device=demo``: a folder like the embedded demo release.
+DEMO_LAYOUT = "a demo release folder holds optimized_cuda_code/demo.json, as config/demo does"
 
 
 # --------------------------------------------------------------------------- config
@@ -43,11 +45,11 @@ def release_dir_problem(release_dir: str | Path, release_file: str) -> str | Non
     Checked whatever results are on disk: a typo must not pass as "nothing to be done".
     The baseline files are checked with the release's checksums (common.smk).
     """
-    root = Path(release_dir)
+    root, layout = Path(release_dir), DEMO_LAYOUT if release_file.endswith("/demo.json") else RELEASE_LAYOUT
     if not root.is_dir():
-        return f"release_dir={release_dir}: no such folder ({RELEASE_LAYOUT})"
+        return f"release_dir={release_dir}: no such folder ({layout})"
     if not (root / release_file).is_file():
-        return f"release_dir={release_dir}: {root / release_file} not found ({RELEASE_LAYOUT})"
+        return f"release_dir={release_dir}: {root / release_file} not found ({layout})"
     return None
 
 

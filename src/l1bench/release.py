@@ -175,7 +175,8 @@ def _jsonl_objects(path: Path, text: str):
         try:
             obj = json.loads(raw)
         except json.JSONDecodeError as err:
-            raise ReleaseError(f"{path}:{no}: invalid JSON ({err.msg} at column {err.colno})") from None
+            at = "" if err.msg.endswith(" at") else " at"  # "Unterminated string starting at"
+            raise ReleaseError(f"{path}:{no}: invalid JSON ({err.msg}{at} column {err.colno})") from None
         if not isinstance(obj, dict):
             raise ReleaseError(f"{path}:{no}: expected a JSON object, got {type(obj).__name__}")
         yield no, obj

@@ -56,6 +56,12 @@ class SectionTimeout(subprocess.TimeoutExpired):
     """The child held the device lock longer than one GPU section may take."""
 
 
+def scratch_prefix() -> str:
+    """A job script's scratch folder in the temp folder: ``l1bench-<pid>-…``, so that one left by
+    a killed job script (its process gone) is told from one in use."""
+    return f"l1bench-{os.getpid()}-"
+
+
 def run_worker(
     job: dict, timeout: float, log_path, env: dict | None = None, section_timeout: float | None = None
 ) -> dict:
@@ -66,7 +72,7 @@ def run_worker(
     infrastructure failure reported by the worker; :class:`JobStopped` once the workflow that
     started this job is gone. If this process dies, the child dies with it.
     """
-    with tempfile.TemporaryDirectory(prefix="l1bench-") as tmp:
+    with tempfile.TemporaryDirectory(prefix=scratch_prefix()) as tmp:
         job_path, out_path = Path(tmp) / "job.json", Path(tmp) / "result.json"
         lock_status = Path(tmp) / "lock-status.json"
         # Snippets may write build folders relative to the working directory: give them
@@ -99,7 +105,7 @@ def run_worker(
                     log.write(
                         "stopped: the Snakemake process that started this job is gone (no result, not an attempt)\n"
                     )
-                raise job_error(job["tid"], type(err), timeout, section_timeout) from None
+                raise job_error(job["tid"], type(err), timeout, section_timeout, device_word(job)) from None
             finally:
                 _kill_group(proc)  # leave no stray grandchildren (compile workers, threads)
             log.write(f"worker exit {rc} after {time.monotonic() - t0:.1f} s\n")
@@ -139,12 +145,18 @@ def overdue(lock_status, t0: float, timeout: float, section_timeout=None, workfl
     return None
 
 
-def job_error(tid: str, why, timeout: float, section_timeout=None) -> JobStopped | JobFailed:
-    """The exception that ends a job stopped for ``why`` (an :func:`overdue` class)."""
+def device_word(job: dict) -> str:
+    """The device a job's messages name: the CPU for the demo's backend, else its GPU."""
+    return "CPU" if job.get("backend") == "cpu" else "GPU"
+
+
+def job_error(tid: str, why, timeout: float, section_timeout=None, device="GPU") -> JobStopped | JobFailed:
+    """The exception that ends a job stopped for ``why`` (an :func:`overdue` class); ``device``:
+    :func:`device_word` of the job, whose lock it held."""
     if why is WorkflowGone:
         return JobStopped(f"{tid}: stopped, the workflow that started it is gone")
     if why is SectionTimeout:
-        return JobFailed(f"{tid}: held the GPU lock for more than {section_timeout:.0f} s", "section_timeout")
+        return JobFailed(f"{tid}: held the {device} lock for more than {section_timeout:.0f} s", "section_timeout")
     return JobFailed(f"{tid}: timed out after {timeout:.0f} s (not counting lock waits)", "timeout")
 
 

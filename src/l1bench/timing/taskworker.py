@@ -34,9 +34,11 @@ from l1bench.runner import (
     JobStopped,
     WorkflowGone,
     absolute_paths,
+    device_word,
     exit_text,
     job_error,
     overdue,
+    scratch_prefix,
     worker_env,
 )
 from l1bench.timing.idle import ALONE_FILE, AUTO, idle_tokens_held
@@ -172,8 +174,9 @@ def start_worker(
     # takes the GPU alone (gpu_alone)
     cmd = [sys.executable, "-m", "l1bench.timing.serve", name, f"{idle_s:g}", str(int(max_steps)), str(int(max_idle)),
            str(server_log.parent.resolve())]
-    bound = f", at most {int(max_idle)} idle on its GPU" if max_idle > 0 else ""
-    bound = ", idle on its GPU at most as many as fit its memory" if max_idle < 0 else bound
+    device = device_word(job)  # the CPU: no memory bound (IdleTokens.bound)
+    bound = f", at most {int(max_idle)} idle on its {device}" if max_idle > 0 else ""
+    bound = ", idle on its GPU at most as many as fit its memory" if max_idle < 0 and device == "GPU" else bound
     log.write(f"$ {' '.join(cmd)}  (task worker of {job['tid']}, idle exit after {idle_s:g} s{bound})\n")
     log.flush()
     nanny = ["/bin/sh", "-c", _NANNY, "sh", str(exit_file(server_log)), *cmd]
@@ -286,7 +289,8 @@ def run_in_task_worker(
     name, token = worker_name(home, job["tid"], allocation), lifeline.workflow_token()
     if not lifeline.alive(token):  # stopped before it began: no worker is started for it
         raise job_error(job["tid"], WorkflowGone, timeout, section_timeout)
-    with StepLock(home / f"{job['tid']}.lock") as step_lock, tempfile.TemporaryDirectory(prefix="l1bench-") as tmp:
+    scratch = tempfile.TemporaryDirectory(prefix=scratch_prefix())
+    with StepLock(home / f"{job['tid']}.lock") as step_lock, scratch as tmp:
         out_path, status = Path(tmp) / "result.json", Path(tmp) / "lock-status.json"
         with open(log_path, "a") as log:
             sock, hello = connect(name, job, dict(env or {}), home / f"{job['tid']}.log", idle_s, log, max_idle,
@@ -308,7 +312,7 @@ def run_in_task_worker(
                     why = overdue(status, t0, timeout, section_timeout, token)
                     if why is not None:
                         kill_worker(pid)
-                        raise job_error(job["tid"], why, timeout, section_timeout)
+                        raise job_error(job["tid"], why, timeout, section_timeout, device_word(job))
 
                 line = read_line(sock, check)
             if not line:
