@@ -54,6 +54,7 @@ def main(smk):
         df = agg.add_spread_flags(df, json.loads(Path(note).read_text()))
     for note in _as_list(smk.input.get("withdrawn_flags")):
         df = agg.withdraw_flags(df, json.loads(Path(note).read_text()))
+    df = agg.add_timed(df, codescan.extension_tasks(meta))  # what each score's code ran, its flags final
     if len(df) and "device" in df:
         df["device"] = df["device"].fillna(device)
     log.info("loaded %d rows (%d tasks)", len(df), df["tid"].nunique() if len(df) else 0)

@@ -422,8 +422,12 @@ def test_render_summary_markdown(tree):
     df = agg.load_results(*tree)
     md = agg.render_summary_markdown(df)
     tables = _tables(md)
-    # status table, flags, paper scores without stalls, (paper: default, cuda_graph), (strict: default)
-    assert len(tables) == 6
+    # what was timed, status table, flags, paper scores without stalls, (paper: default, cuda_graph),
+    # (strict: default)
+    assert len(tables) == 7
+    assert "| Scores |" in tables[0][0].replace("  ", "") and "PyTorch fallback" in tables[0][0]
+    _check_table(tables[0], 3)
+    tables = tables[1:]
     _check_table(tables[0], 3)
     assert tables[1][0].startswith("| Flag") and tables[2][0].startswith("| Mode")
     tables = tables[:1] + tables[3:]
@@ -438,6 +442,41 @@ def test_render_summary_markdown(tree):
     assert "< ½ published" in md
     mean_row = next(line for line in tables[1] if line.startswith("| Mean"))
     assert "2.00" in mean_row and "1.38" in mean_row  # published 2.00, measured 5.5/4
+
+
+def test_what_was_timed_groups_every_score_once_host_bound_first(tree):
+    from l1bench.aggregate.markdown import what_was_timed_lines
+    from l1bench.aggregate.stats import timed_group, timed_stats
+
+    df = agg.load_results(*tree)
+    assert df["timed"].isna().all() and df["host_bound"].isna().all()  # no launches recorded here
+    # L1_T001 builds an extension (and it built), L3_T005 builds none
+    df = agg.add_timed(df, {"L1_T001": True, "L1_T002": True, "L3_T005": False})
+    ok = df["status"] == "ok"
+    assert set(df.loc[~ok, "timed"].dropna()) == set()
+    assert df.loc[ok].set_index(["protocol", "mode", "tid"])["timed"].to_dict() == {
+        ("paper", "default", "L1_T001"): "kernel", ("paper", "default", "L3_T005"): "pytorch",
+        ("paper", "cuda_graph", "L1_T001"): "kernel", ("strict", "default", "L1_T001"): "kernel"}
+    # a failed build makes it the fallback; a host-bound score is host-bound whatever ran
+    df = agg.add_timed(agg.add_extension_flags(df, {"tasks": {"L3_T005": {}}}), {"L1_T001": True, "L3_T005": False})
+    df.loc[(df["tid"] == "L1_T001") & (df["protocol"] == "paper"), "host_bound"] = [1.0, 0.0]
+    groups = timed_group(df[df["status"] == "ok"]).tolist()
+    assert groups == ["host_bound", "fallback", "kernel", "kernel"]
+    default = timed_stats(df)[0]
+    assert (default["protocol"], default["mode"], default["scores"], default["unrecorded"]) == (
+        "paper", "default", 2, 1)
+    assert default["groups"]["host_bound"]["scores"] == 1 and default["groups"]["fallback"]["median_ratio"] == 0.25
+    text = "\n".join(what_was_timed_lines(df))
+    assert text.startswith("## What was timed")
+    row = next(line for line in text.splitlines() if line.startswith("| paper") and "| Default" in line)
+    assert "1 (50%): median 1.50, 0/1 within ±15%; not recorded for 1" in row  # host-bound: L1_T001
+    assert "1 (50%): median 0.25, 0/1 within ±15%" in row  # fallback: L3_T005
+    strict = next(line for line in text.splitlines() if line.startswith("| strict"))
+    assert "not recorded" in strict and "1 (100%): median 1.45" in strict
+    assert "in no mode here" in text  # groups of one score are too small to compare
+    # a score whose code was not scanned is in no group, and the page says so
+    assert "1 score(s) whose custom code was not scanned" in "\n".join(what_was_timed_lines(
+        agg.add_timed(agg.load_results(*tree), {"L1_T001": True})))
 
 
 def test_render_per_task_markdown(tree):
@@ -754,11 +793,11 @@ def test_report_findings_name_what_holds_what_does_not_and_what_fails(tree):
     assert agg.render_findings(df.iloc[0:0]) == []
 
 
-def test_tables_count_scores_by_timing_version_current_or_earlier():
+def test_tables_count_scores_by_timing_version_and_gpu_current_or_stale():
     import pandas as pd
 
     from l1bench.aggregate.load import _row
-    from l1bench.aggregate.markdown import timing_version_lines
+    from l1bench.aggregate.markdown import timing_version_sentence
     from l1bench.aggregate.stats import timing_version_counts
     from l1bench.timing import TIMING_VERSION as V
 
@@ -766,21 +805,25 @@ def test_tables_count_scores_by_timing_version_current_or_earlier():
         "status": ["ok"] * 5 + ["incorrect"],
         "mode": ["default", "cudnn", "cuda_graph", "torch_compile", "torch_compile_reduce_overhead", "default"],
         "timing_version": [V - 4, V, V - 4, V - 4, V, None],
+        "gpu": ["NVIDIA H200", "NVIDIA H100", "NVIDIA H200", "NVIDIA H200", "NVIDIA H100", None],
     })
-    assert timing_version_counts(df) == {(V, True): 2, (V - 4, False): 3}
-    lines = timing_version_lines(df)
-    assert lines[0] == (
-        f"Scores by timing version (`timing_version` in scores.csv): 2 of version {V} (current); "
-        f"3 of version {V - 4} (earlier)."
+    assert timing_version_counts(df) == [(V, 2, "NVIDIA H100"), (V - 4, 3, "NVIDIA H200")]
+    assert timing_version_sentence(df) == (
+        f"5 scores: 2 of 5 at timing version {V} (NVIDIA H100), 3 at timing version {V - 4} (NVIDIA H200). "
+        f"The workflow's current timing version is {V}: the 3 of another version are stale, made by an earlier "
+        "protocol, and shown as measured until they are timed again."
     )
-    assert lines[2] == (
-        f"A score is current when the workflow's timing version ({V}) made it; an earlier score stays until it "
-        "is measured again."
-    )
+    old = df.assign(timing_version=[V - 5] * 5 + [None], gpu="NVIDIA H200")
+    assert timing_version_sentence(old).startswith(
+        f"5 scores, all at timing version {V - 5} (NVIDIA H200). The workflow's current timing version is {V}: "
+        "these scores are stale")
     renewed = df.assign(timing_version=[V] * 5 + [None])
-    assert timing_version_lines(renewed)[0].endswith(f": 5 of version {V} (current).")
-    assert timing_version_lines(renewed)[2].endswith("; every score is current.")
-    assert timing_version_lines(df[df["status"] != "ok"]) == []
+    assert timing_version_sentence(renewed) == (
+        f"5 scores, all at timing version {V} (NVIDIA H100, NVIDIA H200): the workflow's current timing version.")
+    unversioned = df.assign(timing_version=[V, None, V, V, V, None])
+    assert timing_version_counts(unversioned)[-1] == (None, 1, "NVIDIA H100")
+    assert "1 at no timing version recorded (NVIDIA H100)" in timing_version_sentence(unversioned)
+    assert timing_version_sentence(df[df["status"] != "ok"]) == ""
     # a time result records its version under either key, or none
     meta = {"level": 1, "task": 1}
     for t, version in (({}, None), ({"timing_design": 4}, 4), ({"timing_version": 8}, 8)):

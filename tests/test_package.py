@@ -170,8 +170,10 @@ def test_the_lab_check_sees_an_import_and_a_run_of_a_lab_script():
 
 
 PACKAGE = ROOT / "src" / "l1bench"
-#: docs/architecture.md, "Size": the package, a module and a function at the most, in lines.
-MAX_PACKAGE_LINES, MAX_MODULE_LINES, MAX_FUNCTION_LINES = 10_600, 500, 80
+#: docs/architecture.md, "Size": the package, a module and a function at the most, in lines (the
+#: package's 10,600 raised to 10,800 for what each score timed and the figures' numbers taken from
+#: the tables' one computation, issue 49).
+MAX_PACKAGE_LINES, MAX_MODULE_LINES, MAX_FUNCTION_LINES = 10_800, 500, 80
 
 
 def _modules():

@@ -2,7 +2,8 @@
 
 A quoted number carries a marker right after it, an HTML comment naming what it is
 (``157 of 200<!--paper.default.within-->``; GitHub does not show comments). The expected value of
-each name is computed here from ``results/h100/scores.csv`` (with the tables' own statistics) and
+each name is computed here from ``results/h100/scores.csv`` (with the tables' own statistics: timing
+versions, what was timed, agreement) and
 from the run-to-run spread page and the side-by-side page of the published harness. The README's
 "What was measured" section may hold no number without a marker, apart from task ids, GPU and
 release names, dates and the ±15 %, ½ and 2× thresholds.
@@ -17,7 +18,15 @@ import pandas as pd
 import pytest
 
 from l1bench.aggregate.markdown import fmt
-from l1bench.aggregate.stats import flag_counts, stall_sensitivity, status_counts, summary_table
+from l1bench.aggregate.stats import (
+    flag_counts,
+    stall_sensitivity,
+    status_counts,
+    summary_table,
+    timed_stats,
+    timing_version_counts,
+)
+from l1bench.timing import TIMING_VERSION
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
@@ -29,7 +38,7 @@ CLAIM = re.compile(r"\**([^\s*<>()\[\]]+(?: of [\d,]+)?(?: %)?)\**<!--([\w.:-]+)
 #: Numbers a section may hold without a marker.
 ALLOWED = re.compile(
     r"\]\([^)]*\)"  # link targets
-    r"|L\d_T\d{3}"  # task ids
+    r"|L\d_T\d{3}|CUDA-L1"  # task ids, the system's name
     r"|\bH[12]00\b|80GB|\bh100\b"  # GPU and release names
     r"|\d{4}-\d{2}-\d{2}"  # dates
     r"|±15 %|\b2×"  # thresholds
@@ -65,6 +74,20 @@ def expected() -> dict[str, str]:
         for published in (True, False):
             table = summary_table(df, r.mode, "paper", published=published, levels=[])
             out[f"paper.{r.mode}.mean.{'published' if published else 'measured'}"] = fmt(table.at["Mean", "All"])
+    versions = timing_version_counts(df)
+    out["timing.version"] = ", ".join(str(v) for v, _, _ in versions)
+    out["timing.current"] = str(TIMING_VERSION)
+    for r in timed_stats(df):  # what was timed, per paper mode
+        if r["protocol"] != "paper":
+            continue
+        key = f"timed.{r['mode']}"
+        out[f"{key}.scores"] = str(r["scores"])
+        host_bound = r["groups"]["host_bound"]["scores"]
+        out[f"{key}.host_bound"] = "unrecorded" if r["unrecorded"] == r["scores"] else str(host_bound)
+        for group, g in r["groups"].items():
+            out.setdefault(f"{key}.{group}", str(g["scores"]))  # host-bound: as above
+            out[f"{key}.{group}.within"] = f"{g['within']} of {g['compared']}"
+            out[f"{key}.{group}.median"] = fmt(g["median_ratio"])
     for flag, c in flag_counts(df)[1].items():
         out[f"flag.{flag}"] = str(c["any"])
     for r in df[(df["protocol"] == "paper") & (df["mode"] == "default")].itertuples(index=False):

@@ -11,6 +11,8 @@ import json
 import re
 from pathlib import Path
 
+from .results import builds_extensions
+
 #: What counts as the code timing itself, by name (the matched text is reported).
 SELF_TIMING = re.compile(
     r"enable_timing\s*=\s*True|\.elapsed_time\s*\(|\btime\.(?:perf_counter|perf_counter_ns|time|monotonic|"
@@ -38,11 +40,9 @@ def self_timing(code: str | None) -> list[str]:
     return sorted({re.sub(r"\s+", "", m.group(0)) for m in SELF_TIMING.finditer(_without_comments(code))})
 
 
-def scan_tasks(meta_paths) -> dict[str, dict]:
-    """For each task folder (its ``meta.json`` path; the custom snippet beside it, as
-    ``split_release`` writes it), the constructs found: ``{tid: {"self_timed": [...]}}`` for the
-    tasks with any. A task without custom code has none."""
-    out: dict[str, dict] = {}
+def custom_codes(meta_paths):
+    """(tid, custom code) of each task folder (its ``meta.json`` path; the custom snippet beside
+    it, as ``split_release`` writes it) that has custom code."""
     for meta_path in meta_paths:
         meta_path = Path(meta_path)
         try:
@@ -51,9 +51,18 @@ def scan_tasks(meta_paths) -> dict[str, dict]:
             continue
         entry = (meta.get("snippets") or {}).get("custom") or {}
         code_file = meta_path.parent / entry.get("file", "custom.py")
-        if not entry or not code_file.is_file():
-            continue
-        found = self_timing(code_file.read_text(errors="replace"))
-        if found:
-            out[meta.get("tid") or meta_path.parent.name] = {"self_timed": found}
-    return out
+        if entry and code_file.is_file():
+            yield meta.get("tid") or meta_path.parent.name, code_file.read_text(errors="replace")
+
+
+def scan_tasks(meta_paths) -> dict[str, dict]:
+    """For each task folder (:func:`custom_codes`), the constructs found: ``{tid: {"self_timed":
+    [...]}}`` for the tasks with any. A task without custom code has none."""
+    found = {tid: self_timing(code) for tid, code in custom_codes(meta_paths)}
+    return {tid: {"self_timed": f} for tid, f in found.items() if f}
+
+
+def extension_tasks(meta_paths) -> dict[str, bool]:
+    """For each task folder with custom code (:func:`custom_codes`), whether the code builds a
+    C++/CUDA extension (:func:`l1bench.results.builds_extensions`)."""
+    return {tid: builds_extensions(code) for tid, code in custom_codes(meta_paths)}

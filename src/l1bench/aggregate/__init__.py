@@ -17,11 +17,13 @@ Layers, in pipeline order; each submodule imports only from the ones above it:
 * :mod:`.conventions` — vocabulary: columns, status groups, mode labels, mode/protocol order, ``NA``,
   statistic rows, the missing-score convention (``MISSING_AS_ONE``).
 * :mod:`.load` — the JSON result files into one tidy table (``load_results``).
-* :mod:`.annotate` — flags added by the tables (ceiling, reference scan, code scan, extension failures) or withdrawn.
-* :mod:`.stats` — summary statistics, status counts, ratios, flag counts, stall sensitivity, timing versions.
+* :mod:`.annotate` — flags added by the tables (ceiling, reference scan, code scan, extension failures) or
+  withdrawn, and what each score's code ran (``timed``).
+* :mod:`.stats` — summary statistics, status counts, ratios, flag counts, stall sensitivity, timing versions,
+  what was timed.
 * :mod:`.markdown` — formatting and the ``summary.md`` / ``per_task.md`` pages.
 * :mod:`.report` — the device README (findings, provenance) and ``relpath``.
-* :mod:`.figures` — the matplotlib figures.
+* :mod:`.figures` — the matplotlib figures, their numbers the tables' (``annotations``).
 
 This module re-exports the names used outside the package (``scripts/aggregate_results.py``,
 the tests); other code imports from the submodule that defines a name.
@@ -33,10 +35,11 @@ from .annotate import (
     add_extension_flags,
     add_scan_flags,
     add_spread_flags,
+    add_timed,
     withdraw_flags,
 )
 from .conventions import MISSING_AS_ONE, STAT_ROWS
-from .figures import plot_measured_vs_published, plot_ratio_hist
+from .figures import annotations, plot_measured_vs_published, plot_ratio_hist
 from .load import load_results
 from .markdown import render_per_task_markdown, render_summary_markdown
 from .report import provenance_from_df, relpath, render_findings, render_report
@@ -50,6 +53,8 @@ __all__ = [
     "add_extension_flags",
     "add_scan_flags",
     "add_spread_flags",
+    "add_timed",
+    "annotations",
     "load_results",
     "plot_measured_vs_published",
     "plot_ratio_hist",

@@ -88,3 +88,16 @@ def add_scan_flags(df: pd.DataFrame, scan: dict) -> pd.DataFrame:
     if df.empty or not bad:
         return df
     return _append_flag(df, df["tid"].isin(bad), Flag.DEGENERATE_TASK)
+
+
+def add_timed(df: pd.DataFrame, extension: dict[str, bool]) -> pd.DataFrame:
+    """The ``timed`` column of each score (the others: empty): what its custom code ran, by its
+    flags once final and ``extension`` (``{tid: builds an extension}``, of the tasks whose code was
+    scanned: :func:`l1bench.codescan.extension_tasks`): ``fallback`` (EXTENSION_BUILD_FAILED),
+    ``kernel`` (its extension built), ``pytorch`` (it builds none); empty where it was not scanned."""
+    if df.empty:
+        return df
+    failed = df["flags"].fillna("").astype(str).str.split(";").map(lambda f: Flag.EXTENSION_BUILD_FAILED in f)
+    code = df["tid"].map(lambda tid: {True: "kernel", False: "pytorch"}.get(extension.get(tid)))
+    timed = code.where(~failed, "fallback")
+    return df.assign(timed=timed.where(df["status"] == Status.OK, None))

@@ -83,7 +83,23 @@ COLUMNS = [
     "score_without_stalls",
     # the timing version that made the score (results.timing_version)
     "timing_version",
+    # paper scores: 1 where a side's timed calls are host-bound (HOST_BOUND), 0 where neither is,
+    # empty where the result records no launches; what the score's custom code ran (TIMED_GROUPS)
+    "host_bound",
+    "timed",
 ]
+
+#: What a score times, its ``timed`` group (:func:`.stats.timed_group`), in display order. Host-bound
+#: first, whatever code ran (the score measures the host's launches as much as the GPU); else what the
+#: custom code ran: its own C++/CUDA extension (torch.utils.cpp_extension), built; its PyTorch
+#: fallback, the extension not building (``EXTENSION_BUILD_FAILED``); or, code that builds no
+#: extension, PyTorch operators: CUDA-L1's rewrite as written, not counted as a fallback.
+TIMED_GROUPS = {
+    "kernel": "CUDA-L1 kernel on the GPU",
+    "host_bound": "host-bound",
+    "fallback": "PyTorch fallback",
+    "pytorch": "PyTorch code (no extension)",
+}
 
 NA = "–"  # shown for a missing number
 

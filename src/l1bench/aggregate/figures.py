@@ -1,5 +1,7 @@
 """Figures: measured vs published scatter and the ratio histogram, one panel per protocol x mode.
 
+Each panel's numbers are the tables' (:func:`.stats.status_counts`: the same median, threshold and
+counts), written by :func:`annotations`, which the figures draw and the tests read.
 matplotlib is imported lazily (Agg backend) inside the figure functions.
 """
 
@@ -9,8 +11,10 @@ from pathlib import Path
 
 import numpy as np
 
+from ..results import AGREEMENT
 from .conventions import _mode_label, status_class
-from .stats import _modes, _protocols
+from .markdown import fmt
+from .stats import _modes, _protocols, status_counts
 
 _LEVEL_COLORS = {1: "#1f77b4", 2: "#ff7f0e", 3: "#2ca02c"}
 
@@ -81,11 +85,26 @@ def _scatter_limits(df) -> tuple[float, float]:
     return lo, hi
 
 
-def _scatter_panel(ax, sel, floor: float) -> tuple[int, int]:
-    """One panel's points by level, and its failed tasks as crosses at ``floor``: (compared, failed)."""
+def annotations(df) -> dict[tuple[str, str], dict]:
+    """Per (protocol, mode) panel, from the tables' :func:`.stats.status_counts`: ``scatter`` (the
+    scatter panel's count line), ``hist`` (the histogram panel's box) and ``median`` (its line)."""
+    out = {}
+    for r in status_counts(df).itertuples(index=False) if len(df) else []:
+        out[(r.protocol, r.mode)] = {
+            "scatter": f"{r.compared} compared, {r.failed} failed",
+            "hist": f"n = {r.compared}\nmedian {fmt(r.median_ratio)}×\n"
+            f"within ±{AGREEMENT:.0%}: {r.within} of {r.compared}",
+            "median": r.median_ratio,
+        }
+    return out
+
+
+def _scatter_panel(ax, sel, floor: float) -> int:
+    """One panel's compared tasks by level, and its failed tasks with a published score as crosses
+    at ``floor``: how many points."""
     pub = sel["published"].astype(float)
     meas = sel["measured"].astype(float)
-    ok = np.isfinite(pub) & np.isfinite(meas)
+    ok = np.isfinite(sel["ratio"].astype(float))
     for lv, color in _LEVEL_COLORS.items():
         m = ok & (sel["level"] == lv).fillna(False).to_numpy(dtype=bool)
         if m.any():
@@ -94,7 +113,7 @@ def _scatter_panel(ax, sel, floor: float) -> tuple[int, int]:
     n_fail = int(failed.sum())
     if n_fail:
         ax.scatter(pub[failed], np.full(n_fail, floor), marker="x", s=20, color="#d62728", lw=1, zorder=4)
-    return int(ok.sum()), n_fail
+    return int(ok.sum()) + n_fail
 
 
 def plot_measured_vs_published(df, path) -> Path:
@@ -108,6 +127,7 @@ def plot_measured_vs_published(df, path) -> Path:
     from matplotlib.ticker import LogLocator
 
     fig, panels = _layout(plt, df, 3.5, 3.6, 0.5)
+    texts = annotations(df)
     lo, hi = _scatter_limits(df)
     xs = np.array([lo, hi])
     for ax, proto, mode, bottom, left in panels:
@@ -119,10 +139,10 @@ def plot_measured_vs_published(df, path) -> Path:
         ax.plot(xs, xs, color="0.2", lw=1, zorder=2)
         ax.plot(xs, xs * 2, color="0.55", lw=0.8, ls=":", zorder=2)
         ax.plot(xs, xs / 2, color="0.55", lw=0.8, ls=":", zorder=2)
-        n_ok, n_fail = _scatter_panel(ax, sel, floor=lo * 1.3) if len(sel) else (0, 0)
-        if not n_ok and not n_fail:
-            ax.text(0.5, 0.5, "no data", transform=ax.transAxes, ha="center", va="center", color="0.5")
-        ax.set_title(f"{_mode_label(mode)} · {proto}\n{n_ok} compared, {n_fail} failed", fontsize=10)
+        if not (_scatter_panel(ax, sel, floor=lo * 1.3) if len(sel) else 0):
+            ax.text(0.5, 0.5, "no task to draw", transform=ax.transAxes, ha="center", va="center", color="0.5")
+        counts = texts.get((proto, mode), {}).get("scatter", "no results")
+        ax.set_title(f"{_mode_label(mode)} · {proto}\n{counts}", fontsize=10)
         for axis in (ax.xaxis, ax.yaxis):
             axis.set_major_locator(LogLocator(base=10))
             axis.set_major_formatter(_times_formatter())
@@ -135,7 +155,7 @@ def plot_measured_vs_published(df, path) -> Path:
     handles = [
         Line2D([], [], ls="", marker="o", color=c, label=f"level {lv}") for lv, c in _LEVEL_COLORS.items()
     ] + [
-        Line2D([], [], ls="", marker="x", color="#d62728", label="failed (at bottom edge)"),
+        Line2D([], [], ls="", marker="x", color="#d62728", label="failed, published score (bottom edge)"),
         Line2D([], [], color="0.2", lw=1, label="measured = published"),
         Line2D([], [], color="0.55", lw=0.8, ls=":", label="2× / ½×"),
     ]
@@ -161,6 +181,7 @@ def plot_ratio_hist(df, path, clip: float = 4.0) -> Path:
     """
     plt = _pyplot()
     fig, panels = _layout(plt, df, 3.5, 2.9)
+    texts = annotations(df)
     bins = np.linspace(-clip, clip, int(clip * 2 * 6) + 1)  # 6 bins per factor of 2
     ticks = np.arange(-clip, clip + 1, 2 if clip > 3 else 1)
     tick_labels = [("1" if t == 0 else (f"{2**t:g}" if t > 0 else f"1/{2**-t:g}")) + "×" for t in ticks]
@@ -171,11 +192,9 @@ def plot_ratio_hist(df, path, clip: float = 4.0) -> Path:
         lr = np.log2(r)
         if len(lr):
             ax.hist(np.clip(lr, -clip + 1e-9, clip - 1e-9), bins=bins, color="#4c72b0", alpha=0.9)
-            med = float(np.median(lr))
-            ax.axvline(med, color="#d62728", ls="--", lw=1.2)
-            within = float(np.mean(np.abs(lr) <= np.log2(1.1)))
+            ax.axvline(np.log2(texts[(proto, mode)]["median"]), color="#d62728", ls="--", lw=1.2)
             n_out = int((np.abs(lr) >= clip).sum())
-            text = f"n = {len(lr)}\nmedian {2**med:.2f}×\nwithin ±10%: {within:.0%}"
+            text = texts[(proto, mode)]["hist"]
             if n_out:
                 text += f"\nbeyond axis: {n_out}"
             ax.text(

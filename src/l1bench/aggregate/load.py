@@ -158,7 +158,8 @@ def _row(tid, mode, proto, meta: dict, check: dict, t: dict | None) -> dict:
     if status == Status.OK and proto == "paper":
         stall = stalls.rescore(t.get("ref_ms") or [], t.get("custom_ms") or [])
     stall_flag = stalls.outlier_flag(t | {"protocol": proto}) if stall and stall["stalled_calls"] else None
-    host_bound = bool(status == Status.OK and proto == "paper" and hostclock.host_bound_sides(t))
+    sides = hostclock.host_bound_sides(t) if status == Status.OK and proto == "paper" else None
+    host_bound = bool(sides)
     return {
         "device": meta.get("device"),
         "level": level,
@@ -189,4 +190,6 @@ def _row(tid, mode, proto, meta: dict, check: dict, t: dict | None) -> dict:
         "stalled_calls": stall["stalled_calls"] if stall else None,
         "score_without_stalls": _num(stall["score_without"]) if stall and stall["stalled_calls"] else math.nan,
         "timing_version": timing_version(t) if status == Status.OK else None,
+        "host_bound": math.nan if sides is None else float(host_bound),
+        "timed": None,  # what the custom code ran: annotate.add_timed
     }

@@ -12,7 +12,17 @@ from tabulate import tabulate
 
 from ..results import AGREEMENT, Flag, Status
 from ..timing import TIMING_VERSION, hostclock, stalls
-from .conventions import MISSING, MISSING_AS_ONE, NA, SPEEDUP_THRESHOLD, STAT_ROWS, _mode_key, _mode_label, status_class
+from .conventions import (
+    MISSING,
+    MISSING_AS_ONE,
+    NA,
+    SPEEDUP_THRESHOLD,
+    STAT_ROWS,
+    TIMED_GROUPS,
+    _mode_key,
+    _mode_label,
+    status_class,
+)
 from .stats import (
     _levels,
     _modes,
@@ -22,6 +32,7 @@ from .stats import (
     stall_sensitivity,
     status_counts,
     summary_table,
+    timed_stats,
     timing_version_counts,
 )
 
@@ -95,6 +106,7 @@ def _status_table(df) -> str:
         "Not run",
         "Missing",
         "Total",
+        f"Within ±{AGREEMENT:.0%}",
         "< ½ published",
         "> 2× published",
         "Median measured/published",
@@ -108,13 +120,14 @@ def _status_table(df) -> str:
             r.not_run,
             r.missing,
             r.total,
+            f"{r.within}/{r.compared}",
             f"{r.below_half}/{r.compared}",
             f"{r.above_double}/{r.compared}",
             fmt(r.median_ratio),
         ]
         for r in counts.itertuples()
     ]
-    return md_table([[str(c) for c in row] for row in rows], headers, ["left", "left"] + ["right"] * 8)
+    return md_table([[str(c) for c in row] for row in rows], headers, ["left", "left"] + ["right"] * 9)
 
 
 def _stall_table(df) -> str:
@@ -150,19 +163,85 @@ def _flag_table(df) -> str:
     return md_table(rows, headers, ["left"] + ["right"] * (len(headers) - 1))
 
 
-def timing_version_lines(df) -> list[str]:
-    """How many scores each timing version made, current (made by the workflow's timing version)
-    or earlier; nothing when no score records one."""
+def timing_version_sentence(df) -> str:
+    """How many scores each timing version made and on which GPU(s), and whether they are current
+    (made by the workflow's :data:`TIMING_VERSION`) or stale; empty without a score."""
     counts = timing_version_counts(df)
-    if not counts:
+    total = sum(n for _, n, _ in counts)
+    if not total:
+        return ""
+    at = lambda v: "no timing version recorded" if v is None else f"timing version {v}"  # noqa: E731
+    if len(counts) == 1:
+        what = f"{total:,} scores, all at {at(counts[0][0])} ({counts[0][2]})"
+    else:
+        what = f"{total:,} scores: " + ", ".join(
+            f"{n:,}{'' if i else f' of {total:,}'} at {at(v)} ({gpus})" for i, (v, n, gpus) in enumerate(counts))
+    stale = sum(n for v, n, _ in counts if v != TIMING_VERSION)
+    if not stale:
+        return f"{what}: the workflow's current timing version."
+    which = "these scores are" if stale == total else f"the {stale:,} of another version are"
+    return (f"{what}. The workflow's current timing version is {TIMING_VERSION}: {which} stale, made by an "
+            "earlier protocol, and shown as measured until they are timed again.")
+
+
+#: Where the share of scores within :data:`AGREEMENT` of two groups (of this many compared scores
+#: or more) differs by this much or more, the tables say that agreement differs by group.
+GROUP_GAP, GROUP_MIN = 0.10, 5
+
+
+def _timed_cell(g: dict, scores: int, unrecorded: int, group: str) -> str:
+    if group == "host_bound" and unrecorded == scores:
+        return "not recorded"
+    cell = f"{g['scores']} ({g['scores'] / scores:.0%})"
+    if g["scores"]:
+        cell += f": median {fmt(g['median_ratio'])}, {g['within']}/{g['compared']} within ±{AGREEMENT:.0%}"
+    return cell + (f"; not recorded for {unrecorded}" if group == "host_bound" and unrecorded else "")
+
+
+def _agreement_gaps(rows) -> list[str]:
+    """A line per protocol x mode whose groups' agreement differs (:data:`GROUP_GAP`)."""
+    out = []
+    for r in rows:
+        groups = {k: g for k, g in r["groups"].items() if k and g["compared"]}
+        big = [g["within"] / g["compared"] for g in groups.values() if g["compared"] >= GROUP_MIN]
+        if len(big) >= 2 and max(big) - min(big) >= GROUP_GAP:
+            ranked = sorted(groups.items(), key=lambda kv: -kv[1]["within"] / kv[1]["compared"])
+            out.append(f"* {_mode_label(r['mode'])} ({r['protocol']}): " + ", ".join(
+                f"{TIMED_GROUPS[k]} {g['within'] / g['compared']:.0%} ({g['within']}/{g['compared']})"
+                for k, g in ranked))
+    return out
+
+
+def what_was_timed_lines(df) -> list[str]:
+    """``## What was timed``: per protocol and mode, the share of the scores in each group of
+    :data:`TIMED_GROUPS` and published against measured for each apart (:func:`timed_stats`)."""
+    rows = timed_stats(df)
+    if not rows:
         return []
-    parts = "; ".join(f"{n} of version {v} ({'current' if cur else 'earlier'})" for (v, cur), n in counts.items())
-    earlier = any(not cur for _, cur in counts)
+    table = [[r["protocol"], _mode_label(r["mode"]), r["scores"],
+              *(_timed_cell(r["groups"][k], r["scores"], r["unrecorded"], k) for k in TIMED_GROUPS)] for r in rows]
+    unknown = sum(r["groups"][""]["scores"] for r in rows)
+    gaps = _agreement_gaps(rows)
     return [
-        f"Scores by timing version (`timing_version` in scores.csv): {parts}.",
-        "",
-        f"A score is current when the workflow's timing version ({TIMING_VERSION}) made it"
-        + ("; an earlier score stays until it is measured again." if earlier else "; every score is current."),
+        "## What was timed", "",
+        "Which code each score times, per protocol and mode: how many scores (share of the mode's), and for each "
+        f"group apart the median measured/published and how many of those with a published score are within "
+        f"±{AGREEMENT:.0%} of it.", "",
+        md_table(table, ["Protocol", "Mode", "Scores", *TIMED_GROUPS.values()], ["left", "left"] + ["right"] * 5), "",
+        f"*{TIMED_GROUPS['kernel']}*: the custom code builds a C++/CUDA extension (`torch.utils.cpp_extension`) "
+        f"and it built. *{TIMED_GROUPS['host_bound']}* (`{Flag.HOST_BOUND}`), whatever code ran: a side's median "
+        f"launch is at least {hostclock.HOST_BOUND_SHARE:.0%} of its median timed call, so the score measures the "
+        "host as much as the GPU; *not recorded* where the results record no launches (timing versions before "
+        f"launches were recorded, the strict protocol). *{TIMED_GROUPS['fallback']}* "
+        f"(`{Flag.EXTENSION_BUILD_FAILED}`): the extension does not build and the code's own PyTorch path ran. "
+        f"*{TIMED_GROUPS['pytorch']}*: custom code that builds no extension runs PyTorch operators, CUDA-L1's "
+        "rewrite as written, not counted as a fallback (a few carry CUDA source for another loader, such as CuPy, "
+        "which the code scan does not follow). Each score is in one group, host-bound first."
+        + (f" {unknown} score(s) whose custom code was not scanned are in none." if unknown else ""), "",
+        f"Where the share within ±{AGREEMENT:.0%} of two groups (of {GROUP_MIN} compared scores or more) is "
+        f"{GROUP_GAP * 100:.0f} points apart or more, agreement differs by what was timed: "
+        + ("in these modes (each group's share, highest first)." if gaps else "in no mode here."),
+        *(["", *gaps] if gaps else []), "",
     ]
 
 
@@ -180,6 +259,8 @@ def render_summary_markdown(df, note: str | None = None) -> str:
         f"Speedup = tasks above {SPEEDUP_THRESHOLD}×. Percentiles use linear interpolation.",
         "",
         *([f"**{note[0].upper()}{note[1:]}.**", ""] if note else []),
+        *([f"**{timing}**", ""] if (timing := timing_version_sentence(df)) else []),
+        *what_was_timed_lines(df),
         "## Task counts",
         "",
         "*Failed* = ran but did not produce a valid score (compile/load/runtime error, incorrect output, "
@@ -214,9 +295,6 @@ def render_summary_markdown(df, note: str | None = None) -> str:
             stall_table,
             "",
         ]
-    version_lines = timing_version_lines(df)
-    if version_lines:
-        lines += ["### Timing version", "", *version_lines, ""]
     levels = _levels(df)
     for proto in _protocols(df):
         lines += [f"## Protocol: {proto}", ""]
@@ -280,6 +358,7 @@ def render_per_task_markdown(df) -> str:
         "results and tasks not run (e.g. `no_code`, with their published score). "
         "Check = status of the correctness check; Flags = warnings of the check and timing stages.",
         "",
+        *([f"**{timing}**", ""] if (timing := timing_version_sentence(df)) else []),
     ]
     headers = [
         "Task",

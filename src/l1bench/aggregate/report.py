@@ -14,7 +14,7 @@ import pandas as pd
 from ..results import AGREEMENT, Status
 from ..timing import stalls
 from .conventions import MISSING_AS_ONE, NA, _mode_label, status_class
-from .markdown import _status_table, fmt, md_escape, md_table
+from .markdown import _status_table, fmt, md_escape, md_table, timing_version_sentence, what_was_timed_lines
 from .stats import _modes, _protocols, _without_stalls, stall_sensitivity, status_counts, summary_table
 
 
@@ -228,6 +228,8 @@ def render_report(df, provenance: dict, figures: list, tables: dict) -> str:
         "Each measured speedup (reference time / CUDA-L1 time) is compared with the published one.",
         "",
         *([f"**{transfer[0].upper()}{transfer[1:]}.**", ""] if transfer else []),
+        *([f"**{timing}**", ""] if (timing := timing_version_sentence(df)) else []),
+        *what_was_timed_lines(df),
         "## Environment",
         "",
     ]

@@ -13,8 +13,16 @@ import numpy as np
 import pandas as pd
 
 from ..results import AGREEMENT, Status
-from ..timing import TIMING_VERSION
-from .conventions import MISSING, MISSING_AS_ONE, SPEEDUP_THRESHOLD, STAT_ROWS, _mode_key, _protocol_key, status_class
+from .conventions import (
+    MISSING,
+    MISSING_AS_ONE,
+    SPEEDUP_THRESHOLD,
+    STAT_ROWS,
+    TIMED_GROUPS,
+    _mode_key,
+    _protocol_key,
+    status_class,
+)
 
 
 def summary_stats(scores, n_total: int | None = None, fill_missing_as_one: bool = True) -> dict:
@@ -114,8 +122,9 @@ def ratio_stats(ratio, tol: float = AGREEMENT) -> dict:
 
 
 def status_counts(df) -> pd.DataFrame:
-    """Per protocol x mode: measured / failed / not_run / missing / total,
-    plus tasks below half / above double their published score and the median ratio."""
+    """Per protocol x mode: measured / failed / not_run / missing / total, plus of the tasks with
+    both scores (compared) those within :data:`AGREEMENT`, below half and above double their
+    published score, and the median ratio: the tables' and the figures' numbers alike."""
     rows = []
     for proto in _protocols(df):
         for mode in _modes(df):
@@ -126,7 +135,6 @@ def status_counts(df) -> pd.DataFrame:
             # an "ok" row without a usable score is counted as failed
             cls = cls.where(~((cls == "measured") & sel["measured"].isna()), "failed")
             stats = ratio_stats(sel["ratio"])
-            del stats["within"]
             rows.append(
                 {
                     "protocol": proto,
@@ -185,14 +193,47 @@ def stall_sensitivity(df) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def timing_version_counts(df) -> dict[tuple[int, bool], int]:
-    """{(timing version, current?): scored time results}, newest version first and, within one
-    version, current first. A result is current when the workflow's :data:`TIMING_VERSION`
-    timed it (``timing_version`` column)."""
-    if "timing_version" not in df:
-        return {}
-    ok = df[(df["status"] == Status.OK) & df["timing_version"].notna()]
-    version = ok["timing_version"].astype(int)
-    current = version >= TIMING_VERSION
-    counts = pd.Series(list(zip(version, current, strict=True)), dtype=object).value_counts()
-    return {(int(v), bool(c)): int(n) for (v, c), n in sorted(counts.items(), key=lambda kv: (-kv[0][0], not kv[0][1]))}
+def timing_version_counts(df) -> list[tuple[int | None, int, str]]:
+    """(timing version, scores, the GPUs that made them) for the scored time results, newest
+    version first (None: a score that records no version, last)."""
+    if "timing_version" not in df or not len(df):
+        return []
+    ok = df[df["status"] == Status.OK]
+    pairs = [(None if pd.isna(v) else int(v), g) for v, g in zip(ok["timing_version"], ok["gpu"], strict=True)]
+    out = []
+    for v in sorted({v for v, _ in pairs}, key=lambda v: 1 if v is None else -v):
+        gpus = sorted({g for w, g in pairs if w == v and isinstance(g, str) and g})
+        out.append((v, sum(w == v for w, _ in pairs), ", ".join(gpus) or "no GPU recorded"))
+    return out
+
+
+def timed_group(df) -> pd.Series:
+    """Each row's group of :data:`~.conventions.TIMED_GROUPS`: ``host_bound`` where its timed
+    calls are (``host_bound`` column), else its ``timed`` column (empty where not a score)."""
+    timed = df.get("timed", pd.Series(None, index=df.index, dtype=object)).fillna("").astype(str)
+    return timed.where(~(_host_bound(df) == 1) | (timed == ""), "host_bound")
+
+
+def _host_bound(df) -> pd.Series:
+    """The ``host_bound`` column as numbers (NaN: not recorded; tables made before it: none is)."""
+    return pd.to_numeric(df.get("host_bound", pd.Series(math.nan, index=df.index)), errors="coerce")
+
+
+def timed_stats(df) -> list[dict]:
+    """Per protocol x mode with a score: ``scores`` (as :func:`status_counts` counts them),
+    ``unrecorded`` (scores whose result records no launches: host-bound or not is not known)
+    and ``groups``: per :data:`~.conventions.TIMED_GROUPS` its ``scores`` and :func:`ratio_stats`."""
+    ok = df[(df["status"] == Status.OK) & df["measured"].notna()] if len(df) else df
+    group = timed_group(ok) if len(ok) else pd.Series(dtype=str)
+    rows = []
+    for proto in _protocols(ok) if len(ok) else []:
+        for mode in _modes(ok):
+            sel = (ok["protocol"] == proto) & (ok["mode"] == mode)
+            if not sel.any():
+                continue
+            groups = {g: {"scores": int((sel & (group == g)).sum())} | ratio_stats(ok.loc[sel & (group == g), "ratio"])
+                      for g in [*TIMED_GROUPS, ""]}
+            unrecorded = int(_host_bound(ok[sel]).isna().sum())
+            rows.append({"protocol": proto, "mode": mode, "scores": int(sel.sum()), "unrecorded": unrecorded,
+                         "groups": groups})
+    return rows

@@ -24,7 +24,7 @@ import pandas as pd
 from ..release import GPU_DEVICES
 from ..results import AGREEMENT, FAILED_STATUSES, Status
 from .conventions import NA
-from .markdown import fmt, md_table
+from .markdown import fmt, md_table, timing_version_sentence
 
 #: The GPU each release's scores were published on.
 RELEASE_GPU = {"h100": "H100", "a100": "A100", "h20": "H20", "l40": "L40", "3090": "RTX 3090"}
@@ -257,6 +257,8 @@ def render(trees: dict[str, pd.DataFrame], figure: str | None = None, releases=G
     ]
     if missing:
         lines += [f"Releases not measured: {', '.join(missing)}.", ""]
+    lines += [f"* {r} ({PROTOCOL}, {MODE}): {timing_version_sentence(_rows(df))}" for r, df in trees.items()
+              if len(_rows(df))] + [""]
     lines += ["## Which release's code is fastest", "", *_fastest_lines(scores)]
     lines += ["## The code tuned for this GPU against the others", "", *_native_lines(scores, gpu)]
     lines += ["## Published rank against measured rank", "", *_rank_lines(here)]
