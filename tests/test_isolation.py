@@ -232,6 +232,15 @@ def test_provenance_never_starts_cuda(monkeypatch):
     assert info["gpu"] is None and not torch.cuda.is_initialized()
 
 
+def test_a_result_names_the_host_cpu_it_was_timed_on(tmp_path):
+    from l1bench import provenance
+
+    cpuinfo = tmp_path / "cpuinfo"
+    cpuinfo.write_text("processor\t: 0\nvendor_id\t: AuthenticAMD\nmodel name\t: AMD EPYC 9454 48-Core Processor\n")
+    assert provenance.cpu_model(str(cpuinfo)) == "AMD EPYC 9454 48-Core Processor"
+    assert "cpu_model" in provenance.environment("cpu")
+
+
 def test_seeding_does_not_start_the_driver(monkeypatch):
     import torch
 

@@ -114,6 +114,17 @@ def driver_version(proc_file: str = "/proc/driver/nvidia/version") -> str | None
     return m.group(1) if m else None
 
 
+def cpu_model(cpuinfo: str = "/proc/cpuinfo") -> str | None:
+    """The host CPU's model name (host-bound calls time it as much as the GPU)."""
+    try:
+        for line in open(cpuinfo):
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or None
+
+
 def environment(device: str) -> dict:
     """Static facts about the software and the device used."""
     import torch
@@ -126,6 +137,7 @@ def environment(device: str) -> dict:
         "cudnn": torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None,
         "device": device,
         "platform": platform.platform(),
+        "cpu_model": cpu_model(),
     }
     # Only where CUDA already runs (started inside the GPU lock): asking would otherwise start
     # the driver here, outside it.
@@ -133,6 +145,8 @@ def environment(device: str) -> dict:
         index = int(device.split(":")[1]) if ":" in device else 0
         props = torch.cuda.get_device_properties(index)
         info["gpu"] = props.name
+        # the machine a result was timed on: one GPU's UUID (a host name may be reused)
+        info["gpu_uuid"] = str(getattr(props, "uuid", "")) or None
         info["sm_count"] = props.multi_processor_count
         info["capability"] = f"{props.major}.{props.minor}"
         info["gpu_memory_gib"] = round(props.total_memory / 2**30, 1)
