@@ -96,11 +96,15 @@ def test_first_run_gives_the_broken_tasks_failed_rows(demo_run):
 
 
 @pytest.mark.slow
-def test_the_demo_names_the_torch_it_ran_on(demo_run):
-    """The extension page names the torch (and CUDA) of the results, from their provenance."""
+def test_the_demo_names_the_device_and_torch_it_ran_on(demo_run):
+    """The report says the demo was measured on the CPU; the extension page names the torch (and
+    CUDA) of the results, from their provenance."""
     import torch
 
     work, _ = demo_run
+    report = (work / "results/demo/README.md").read_text()
+    assert "Measured on the CPU, published on the release's GPU" in report and "this GPU" not in report
+    assert "at timing version" in report and " (CPU)" in report and "GPU recorded" not in report
     page = (work / "results/demo/extension_failures.md").read_text()
     cuda = f" / CUDA {torch.version.cuda}" if torch.version.cuda else " without CUDA"
     assert f"that torch {torch.__version__}{cuda} (what these results ran on) no longer offers" in page

@@ -15,7 +15,7 @@ from ..results import AGREEMENT, Status
 from ..timing import stalls
 from .conventions import MISSING_AS_ONE, NA, _mode_label, status_class
 from .markdown import _status_table, fmt, md_escape, md_table, timing_version_sentence, what_was_timed_lines
-from .stats import _modes, _protocols, _without_stalls, stall_sensitivity, status_counts, summary_table
+from .stats import _modes, _protocols, _without_stalls, on_cpu, stall_sensitivity, status_counts, summary_table
 
 
 def _most_common(values) -> str | None:
@@ -86,7 +86,8 @@ def render_findings(df) -> list[str]:
         lines += [
             f"**Which published speedups hold** (paper protocol; |measured/published − 1| ≤ {AGREEMENT:.0%}; "
             f"in brackets: with each score taken without its stalled calls, `{stalls.FLAG}`). "
-            f"Measured on {_most_common(df['gpu']) or 'this GPU'}, published on the release's GPU:",
+            f"Measured on {_most_common(df['gpu']) or ('the CPU' if on_cpu(df) else 'this GPU')}, published on the "
+            "release's GPU:",
             "",
         ]
         for r in sens.itertuples(index=False):

@@ -193,6 +193,11 @@ def stall_sensitivity(df) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def on_cpu(df) -> bool:
+    """Whether the results are the CPU demo's (device ``demo``: its jobs run on the CPU)."""
+    return set(df.get("device", ())) == {"demo"}
+
+
 def timing_version_counts(df) -> list[tuple[int | None, int, str]]:
     """(timing version, scores, the GPUs that made them) for the scored time results, newest
     version first (None: a score that records no version, last)."""
@@ -203,7 +208,7 @@ def timing_version_counts(df) -> list[tuple[int | None, int, str]]:
     out = []
     for v in sorted({v for v, _ in pairs}, key=lambda v: 1 if v is None else -v):
         gpus = sorted({g for w, g in pairs if w == v and isinstance(g, str) and g})
-        out.append((v, sum(w == v for w, _ in pairs), ", ".join(gpus) or "no GPU recorded"))
+        out.append((v, sum(w == v for w, _ in pairs), ", ".join(gpus) or ("CPU" if on_cpu(df) else "no GPU recorded")))
     return out
 
 
