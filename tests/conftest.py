@@ -21,21 +21,36 @@ def pytest_configure(config):
     )
 
 
-def _release_dir():
+#: Set to 1 where the release must be there (CI, .ci/run): a test that reads it fails, not skips.
+REQUIRE_RELEASE_ENV = "L1_REQUIRE_RELEASE"
+RELEASE_MISSING = "the upstream release is missing"
+
+
+def _release_dir() -> Path:
     env = os.environ.get("L1_RELEASE_DIR")
-    if env:
-        return Path(env)
-    guess = ROOT.parent / "shared" / "cuda-l1"
-    return guess if guess.is_dir() else None
+    return Path(env) if env else ROOT.parent / "shared" / "cuda-l1"
 
 
 @pytest.fixture(scope="session")
 def release_dir():
-    """The upstream release folder (``$L1_RELEASE_DIR``, default ``../shared/cuda-l1``)."""
+    """The upstream release folder (``$L1_RELEASE_DIR``, default ``../shared/cuda-l1``). Without
+    it the tests that read it skip, with one reason naming the missing path; where
+    ``$L1_REQUIRE_RELEASE`` is 1 (CI) they fail with that line instead."""
     d = _release_dir()
-    if d is None or not (d / "optimized_cuda_code").is_dir():
-        pytest.skip("real release data not available (set L1_RELEASE_DIR)")
+    if not (d / "optimized_cuda_code").is_dir():
+        missing = f"{RELEASE_MISSING}: no {d / 'optimized_cuda_code'} (set L1_RELEASE_DIR)"
+        if os.environ.get(REQUIRE_RELEASE_ENV) == "1":
+            pytest.fail(f"{missing}; {REQUIRE_RELEASE_ENV}=1 requires it", pytrace=False)
+        pytest.skip(missing)
     return d
+
+
+def pytest_terminal_summary(terminalreporter):
+    """Without the release, one line at the end says how many tests skipped for it, and why."""
+    reasons = [r.longrepr[2] for r in terminalreporter.stats.get("skipped", []) if isinstance(r.longrepr, tuple)]
+    missing = [r for r in reasons if RELEASE_MISSING in r]
+    if missing:
+        terminalreporter.write_line(f"{len(missing)} skipped: {missing[0].removeprefix('Skipped: ')}")
 
 
 @pytest.fixture(scope="session")

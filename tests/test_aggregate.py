@@ -1,6 +1,5 @@
 """Tests of the aggregate stage: statistics conventions, loading, rendering, figures, atomic IO."""
 
-import importlib.util
 import json
 import math
 from pathlib import Path
@@ -555,62 +554,36 @@ def test_figures_empty(tmp_path):
     assert _is_png(agg.plot_ratio_hist(df, tmp_path / "r.png"))
 
 
-# --------------------------------------------------------------------------- snakemake script
+# --------------------------------------------------------------------------- the tables of a device
 
 
-def test_script_main(tree, tmp_path):
-    from snakemake.iocontainers import Namedlist
+def test_make_tables(tree, tmp_path):
+    """aggregate_results' job (l1bench.aggregate.tables.make_tables) on plain values: the tables,
+    figures, report and record, and what it logs."""
+    import logging
 
-    def named(d):
-        flat, spans = [], {}
-        for k, v in d.items():
-            vals = [str(x) for x in (v if isinstance(v, list) else [v])]
-            spans[k] = (len(flat), len(flat) + len(vals) if isinstance(v, list) else None)
-            flat += vals
-        nl = Namedlist(toclone=flat)
-        for k, (i, j) in spans.items():
-            nl._set_name(k, i, end=j)
-        return nl
-
-    class Smk:
-        pass
+    from l1bench import freshness
+    from l1bench.aggregate.tables import make_tables
+    from l1bench.log import FORMAT_NAMED, setup_logging
 
     metas, checks, times = tree
     out = tmp_path / "results" / "h100"
-    smk = Smk()
-    smk.input = named(
-        {"meta": [str(p) for p in metas], "check": [str(p) for p in checks], "time": [str(p) for p in times]}
-    )
-    smk.output = named(
-        {
-            "csv": str(out / "scores.csv"),
-            "summary": str(out / "summary.md"),
-            "per_task": str(out / "per_task.md"),
-            "scatter": str(out / "figures" / "scatter.png"),
-            "ratios": str(out / "figures" / "ratios.png"),
-            "report": str(out / "README.md"),
-            "extensions": str(out / "extension_failures.md"),
-        }
-    )
-    smk.params = named({"device": "h100"})
-    smk.log = named({"log": str(tmp_path / "logs" / "aggregate.log")})
-
-    spec = importlib.util.spec_from_file_location(
-        "aggregate_results", ROOT / "scripts" / "aggregate_results.py"
-    )
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    import logging
-    import sys
-
-    stderr = sys.stderr
+    outputs = {
+        "csv": out / "scores.csv",
+        "summary": out / "summary.md",
+        "per_task": out / "per_task.md",
+        "scatter": out / "figures" / "scatter.png",
+        "ratios": out / "figures" / "ratios.png",
+        "report": out / "README.md",
+        "extensions": out / "extension_failures.md",
+    }
+    inputs = {"meta": metas, "check": checks, "time": times}
+    log = tmp_path / "logs" / "aggregate.log"
     try:
-        mod.main(smk)
+        setup_logging(log, fmt=FORMAT_NAMED, mode="w")
+        make_tables(inputs, {k: str(v) for k, v in outputs.items()}, "h100", ceiling=50.0)
     finally:
-        if sys.stderr is not stderr:
-            sys.stderr.close()
-        sys.stderr = stderr
-        logging.basicConfig(force=True)
+        logging.basicConfig(force=True)  # closes the file
     csv = pd.read_csv(out / "scores.csv")
     assert len(csv) == 12 and "ratio" in csv.columns
     readme = (out / "README.md").read_text()
@@ -618,8 +591,30 @@ def test_script_main(tree, tmp_path):
     extensions = (out / "extension_failures.md").read_text()
     assert extensions.startswith("# Custom extensions that do not build (h100 release)")
     assert _is_png(out / "figures" / "scatter.png")
-    assert "measured 4, failed 2, not run 2, missing 4" in (tmp_path / "logs" / "aggregate.log").read_text()
+    assert "measured 4, failed 2, not run 2, missing 4" in log.read_text()
     assert not [p for p in out.rglob("*") if p.name.startswith(".")]  # no temp files left
+    # the record of what they read: the results (every input exists in a run), not the stale marker
+    inputs = {"meta": metas, "check": checks, "time": [t for t in times if Path(t).exists()],
+              "stale": str(tmp_path / "stale/tables.x.txt")}
+    make_tables(inputs, {k: str(v) for k, v in outputs.items()} | {"record": str(out / freshness.RECORD)}, "h100",
+                ceiling=50.0)
+    record = json.loads((out / freshness.RECORD).read_text())
+    assert record["inputs"] == len(inputs["meta"] + inputs["check"] + inputs["time"])
+    assert record["params"] == freshness.table_params("h100", 50.0, None) == {"device": "h100", "ceiling": 50.0}
+
+
+def test_the_tables_params_are_the_plans():
+    """What the tables record as their parameters (freshness.table_params) is what the plan
+    compares them with (plan.table_params), for the default config and other tolerances."""
+    import yaml
+
+    from l1bench import freshness, plan
+
+    config = yaml.safe_load((ROOT / "config/config.yaml").read_text())
+    for tolerances in (config.get("tolerances"), [1e-2, 1e-3], None):
+        config["tolerances"] = tolerances
+        want = freshness.table_params("h100", config["detectors"]["speedup_ceiling"], tolerances)
+        assert plan.table_params("h100", config) == want
 
 
 # --------------------------------------------------------------------------- io

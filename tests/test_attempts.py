@@ -7,7 +7,6 @@ import re
 from pathlib import Path
 
 import pytest
-from helpers import script_module
 
 from l1bench import attempts
 
@@ -85,7 +84,7 @@ def test_failed_jobs_are_read_from_snakemake_logs():
 
 
 def test_a_job_that_broke_max_attempts_times_gets_a_terminal_result(tmp_path):
-    without_worker = script_module("run_task").without_worker
+    from l1bench.job import without_worker
 
     (tmp_path / "meta.json").write_text(json.dumps({"snippets": {"custom": {"file": "custom.py", "sha256": "b"}}}))
     (tmp_path / "check.json").write_text(json.dumps({"kind": "check", "status": "pass", "reason": ""}))
@@ -103,7 +102,7 @@ def test_a_job_that_broke_max_attempts_times_gets_a_terminal_result(tmp_path):
 
 
 def test_a_job_log_set_up_by_l1bench_log_is_read_back(tmp_path):
-    """run_task's lines (l1bench.log.setup_logging, appended to the worker's output) are what
+    """The job's lines (l1bench.log.setup_logging, appended to the worker's output) are what
     log_error reads: its FAILED reason, and the worker's error line, not a time-stamped one."""
     import logging
 
@@ -136,7 +135,7 @@ task worker 806: step done in 0.0 s, exit status 3; it retires: infrastructure f
 
 
 def test_out_of_memory_is_torchs_error_not_the_generic_infra_message():
-    """The retire line and run_task's FAILED line always say "CUDA fault or out of memory": only
+    """The retire line and the job's FAILED line always say "CUDA fault or out of memory": only
     torch's own error marks an attempt that ran out of GPU memory."""
     assert attempts.out_of_memory(OOM_LOG)
     assert attempts.out_of_memory("RuntimeError: CUDA error: out of memory")
@@ -175,16 +174,25 @@ worker exit 1 after 0.4 s
 
 
 def failing_job(tmp_path, log_text=""):
-    """(a Snakemake job object as run_task sees it, its ledger) with ``log_text`` in its log."""
-    from types import SimpleNamespace
+    """(a check job's rule, output, log and results folder, its ledger) with ``log_text`` in its log."""
+    from l1bench.job import JobSpec
 
     log = tmp_path / "logs/check_task/L1_T006.log"
     log.parent.mkdir(parents=True, exist_ok=True)
     log.write_text(log_text)
-    out = tmp_path / "results/demo/check/L1_T006.json"
-    smk = SimpleNamespace(log=[str(log)], output=[str(out)], rule="check_task", resources=SimpleNamespace(gpu=1),
-                          config={"results_dir": str(tmp_path / "results"), "device": "demo"})
-    return smk, attempts.ledger_path(tmp_path / "results/demo", out)
+    res = tmp_path / "results/demo"
+    out = res / "check/L1_T006.json"
+    spec = JobSpec(rule="check_task", kind="check", tid="L1_T006", output=str(out), log=str(log), results=res,
+                   backend="cuda", protocol_params={}, ext_dir=str(res / "build/ext/L1_T006"), timeout=60,
+                   max_attempts=3, gpu_slots=1)
+    return spec, attempts.ledger_path(res, out)
+
+
+def record_failure(spec, err, ledger) -> list:
+    """The job's record of the broken attempt ``err`` (runner.JobFailed), its whole log read."""
+    from l1bench.job import attempt_log, gpu_slots
+
+    return attempts.record_broken(ledger, str(err), err.kind, attempt_log(spec.log, 0), spec.results, gpu_slots(spec))
 
 
 def test_a_full_disk_in_a_worker_is_named_and_not_counted(tmp_path):
@@ -192,51 +200,51 @@ def test_a_full_disk_in_a_worker_is_named_and_not_counted(tmp_path):
     task: the ledger names the full disk, and the attempt does not count towards giving up."""
     from l1bench.runner import JobFailed
 
-    run_task = script_module("run_task")
     assert attempts.disk_full(DISK_FULL_LOG) and not attempts.disk_full(WORKER_LOG)
-    smk, ledger = failing_job(tmp_path, DISK_FULL_LOG)
+    spec, ledger = failing_job(tmp_path, DISK_FULL_LOG)
     for _ in range(3):
-        got = run_task.record_failure(smk, JobFailed("L1_T006: worker crashed (exit code 1), see log"), 0, ledger)
+        got = record_failure(spec, JobFailed("L1_T006: worker crashed (exit code 1), see log"), ledger)
     assert got[-1]["error"] == (
         "L1_T006: disk full (ENOSPC: No space left on device); worker crashed (exit code 1), see log"
     )
     assert got[-1]["kind"] == "disk_full" and got[-1]["disk_full"] is True
     assert got[-1]["detail"] == "OSError: [Errno 28] No space left on device: '/tmp/x/result.json.tmp'"
     assert attempts.counted(got) == [] and not attempts.given_up(got, 3)
-    assert run_task.not_counted(got[-1]).startswith("; the disk is full: not counted")
+    assert attempts.not_counted(got[-1]).startswith("; the disk is full: not counted")
     # a crash of the task itself still counts, and the terminal reason names the others
-    smk, _ = failing_job(tmp_path, WORKER_LOG)
-    got = run_task.record_failure(smk, JobFailed("L1_T006: worker crashed (exit code 1), see log"), 0, ledger)
+    spec, _ = failing_job(tmp_path, WORKER_LOG)
+    got = record_failure(spec, JobFailed("L1_T006: worker crashed (exit code 1), see log"), ledger)
     assert len(attempts.counted(got)) == 1 and "disk_full" not in got[-1]
     assert ", 3 more disk full (" in attempts.terminal_reason(got)
 
 
 def test_a_full_disk_in_the_job_process_ends_it_with_one_line(tmp_path):
-    """errno 28 while run_task writes (the result, the ledger): one line naming the full disk,
+    """errno 28 while the job writes (the result, the ledger): one line naming the full disk,
     in the job log and as the job's exit message, and no ledger entry (not an attempt)."""
-    run_task = script_module("run_task")
-    smk, ledger = failing_job(tmp_path)
+    from l1bench.job import name_a_full_disk
 
-    def full(_smk):
+    spec, ledger = failing_job(tmp_path)
+
+    def full(_spec):
         raise OSError(errno.ENOSPC, "No space left on device", "results/demo/check/L1_T006.json.tmp")
 
     try:
-        run_task.name_a_full_disk(full, smk)
+        name_a_full_disk(full, spec)
     except SystemExit as stop:
         line = str(stop.code)
     assert line == (
-        f"check_task {smk.output[0]}: disk full (ENOSPC: No space left on device) "
+        f"check_task {spec.output}: disk full (ENOSPC: No space left on device) "
         "(results/demo/check/L1_T006.json.tmp); not counted as an attempt"
     )
-    assert "\n" not in line and line in Path(smk.log[0]).read_text()
-    assert attempts.log_error(Path(smk.log[0]).read_text())[0] == line
+    assert "\n" not in line and line in Path(spec.log).read_text()
+    assert attempts.log_error(Path(spec.log).read_text())[0] == line
     assert not ledger.exists()
 
-    def other(_smk):
+    def other(_spec):
         raise OSError(errno.EACCES, "Permission denied")
 
     with pytest.raises(PermissionError):  # any other OSError stays what it is
-        run_task.name_a_full_disk(other, smk)
+        name_a_full_disk(other, spec)
 
 
 def test_a_crash_while_the_disk_is_full_is_not_counted(tmp_path, monkeypatch):
@@ -244,12 +252,11 @@ def test_a_crash_while_the_disk_is_full_is_not_counted(tmp_path, monkeypatch):
     results' disk is full: a full disk, not counted."""
     from l1bench.runner import JobFailed
 
-    run_task = script_module("run_task")
-    smk, ledger = failing_job(tmp_path, "$ python3 -m l1bench.worker job.json result.json\nworker exit -9\n")
+    spec, ledger = failing_job(tmp_path, "$ python3 -m l1bench.worker job.json result.json\nworker exit -9\n")
     crash = JobFailed("L1_T006: worker crashed (signal SIGKILL), see log")
-    got = run_task.record_failure(smk, crash, 0, ledger)
+    got = record_failure(spec, crash, ledger)
     assert len(attempts.counted(got)) == 1  # room on the disk: the task's own crash
     monkeypatch.setattr(attempts, "DISK_LOW_BYTES", 2**62)  # every disk is full now
-    got = run_task.record_failure(smk, crash, 0, ledger)
+    got = record_failure(spec, crash, ledger)
     assert got[-1]["disk_full"] and got[-1]["error"].startswith("L1_T006: disk full (ENOSPC")
     assert len(attempts.counted(got)) == 1

@@ -170,31 +170,46 @@ def test_the_lab_check_sees_an_import_and_a_run_of_a_lab_script():
 
 
 PACKAGE = ROOT / "src" / "l1bench"
-#: docs/architecture.md, "Size": the package, a module and a function at the most, in lines (the
-#: package's 10,600 raised to 10,800 for what each score timed and the figures' numbers taken from
-#: the tables' one computation, issue 49).
-MAX_PACKAGE_LINES, MAX_MODULE_LINES, MAX_FUNCTION_LINES = 10_800, 500, 80
+#: docs/architecture.md, "Size": the workflow's code (the package, the rules and the scripts,
+#: counted together so that moving code between them changes nothing), a module and a function at
+#: the most, in lines. The cap is the total measured on 2026-12-07 (13,207) with under 1 % to spare,
+#: counted with the rules and scripts once the job and the tables moved into the package (issue 50).
+MAX_CODE_LINES, MAX_MODULE_LINES, MAX_FUNCTION_LINES = 13_300, 500, 80
+#: The workflow's code by where it lives.
+CODE = {
+    "package": lambda: sorted(PACKAGE.rglob("*.py")),
+    "rules": lambda: [ROOT / "Snakefile", *sorted((ROOT / "rules").glob("*.smk"))],
+    "scripts": lambda: sorted(p for p in (ROOT / "scripts").iterdir() if p.is_file()),
+}
+
+
+def _lines(paths) -> int:
+    return sum(len(p.read_text().splitlines()) for p in paths)
 
 
 def _modules():
-    return sorted(PACKAGE.rglob("*.py"))
+    """The Python modules held to the module and function limits: the package's and the scripts'."""
+    return [*CODE["package"](), *(p for p in CODE["scripts"]() if p.suffix == ".py")]
 
 
-def _module_lines() -> dict[Path, int]:
-    return {p: len(p.read_text().splitlines()) for p in _modules()}
+def test_the_code_stays_within_its_size():
+    total = sum(_lines(files()) for files in CODE.values())
+    assert total <= MAX_CODE_LINES, {where: _lines(files()) for where, files in CODE.items()}
+    assert not {str(p.relative_to(ROOT)): n for p in _modules() if (n := _lines([p])) > MAX_MODULE_LINES}
 
 
-def test_the_package_stays_within_its_size():
-    lines = _module_lines()
-    assert sum(lines.values()) <= MAX_PACKAGE_LINES, sum(lines.values())
-    assert not {str(p.relative_to(PACKAGE)): n for p, n in lines.items() if n > MAX_MODULE_LINES}
+def test_the_size_counts_the_rules_and_scripts_too():
+    """Code moved out of the package into a rule or a script is still counted."""
+    assert {"Snakefile", "common.smk", "run_task.py", "aggregate_results.py"} <= {
+        p.name for files in CODE.values() for p in files()
+    }
 
 
 def test_no_function_is_longer_than_its_limit():
     import ast
 
     long = [
-        f"{p.relative_to(PACKAGE)}:{node.lineno} {node.name} ({node.end_lineno - node.lineno + 1} lines)"
+        f"{p.relative_to(ROOT)}:{node.lineno} {node.name} ({node.end_lineno - node.lineno + 1} lines)"
         for p in _modules()
         for node in ast.walk(ast.parse(p.read_text()))
         if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
@@ -203,8 +218,11 @@ def test_no_function_is_longer_than_its_limit():
     assert not long
 
 
-def test_the_size_section_quotes_the_package_as_it_is():
-    """The line count in docs/architecture.md is the package's."""
-    text = (ROOT / "docs" / "architecture.md").read_text()
-    total = sum(_module_lines().values())
-    assert f"The package is {total:,} lines" in text
+def test_the_size_section_quotes_the_code_as_it_is():
+    """The line counts in docs/architecture.md are the code's: in all, and by where it lives."""
+    text = " ".join((ROOT / "docs" / "architecture.md").read_text().split())  # lines joined
+    lines = {where: _lines(files()) for where, files in CODE.items()}
+    assert f"The workflow's code is {sum(lines.values()):,} lines" in text
+    for where, n in lines.items():
+        assert f"the {where} {n:,} lines" in text, where
+    assert f"under {MAX_CODE_LINES:,} lines" in text

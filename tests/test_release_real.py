@@ -1,7 +1,8 @@
 """The five upstream release files through the CPU stages: parse, split, static scans.
 
 Every test reads the real release (``$L1_RELEASE_DIR``, default ``../shared/cuda-l1``) and skips
-when it is absent. The numbers are the release's own (commit pinned in config/config.yaml).
+when it is absent (fails in CI: ``L1_REQUIRE_RELEASE=1``). The numbers are the release's own
+(commit pinned in config/config.yaml).
 """
 
 from collections import Counter
@@ -106,3 +107,26 @@ def test_every_release_tree_carries_the_h100_reference_scan(device):
     of them run into the scan's timeout)."""
     root = Path(__file__).parents[1] / "results"
     assert (root / device / "reference_scan.json").read_bytes() == (root / "h100" / "reference_scan.json").read_bytes()
+
+
+@pytest.mark.parametrize("required", [False, True])
+def test_without_the_release_a_test_skips_or_in_ci_fails_naming_it(tmp_path, required):
+    """conftest's release_dir: without the release, its tests skip with one reason naming the
+    missing path; with L1_REQUIRE_RELEASE=1 (.ci/run) they fail with that line."""
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k not in ("L1_REQUIRE_RELEASE", "PYTEST_XDIST_WORKER")}
+    env |= {"L1_RELEASE_DIR": str(tmp_path / "nowhere")} | ({"L1_REQUIRE_RELEASE": "1"} if required else {})
+    test = f"{Path(__file__).parent / 'test_fetch.py'}::test_pinned_sha256_matches_release"
+    proc = subprocess.run([sys.executable, "-m", "pytest", test, "-q", "-p", "no:cacheprovider", "-n", "0"],
+                          capture_output=True, text=True, env=env, timeout=300, check=False)
+    out = proc.stdout + proc.stderr
+    missing = f"the upstream release is missing: no {tmp_path / 'nowhere/optimized_cuda_code'} (set L1_RELEASE_DIR)"
+    assert missing in out, out[-2000:]
+    if required:
+        assert proc.returncode == 1 and f"{missing}; L1_REQUIRE_RELEASE=1 requires it" in out
+        assert "Traceback" not in out and "1 error" in out
+    else:  # said once, at the end
+        assert proc.returncode == 0 and f"1 skipped: {missing}" in out and out.count(missing) == 1

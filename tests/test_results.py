@@ -5,7 +5,7 @@ import json
 from pathlib import Path
 
 import pytest
-from helpers import ROOT, script_module
+from helpers import ROOT
 
 from l1bench import preflight
 from l1bench.aggregate import conventions as agg_conventions
@@ -145,9 +145,10 @@ def test_facts_are_read_only_when_they_decide():
 
 
 def test_the_three_callers_agree(tmp_path):
-    """run_task (the result it writes without a worker), the workflow's GPU guard
+    """l1bench.job (the result it writes without a worker), the workflow's GPU guard
     (preflight.decided_without_gpu) and the worker's carried-forward result decide alike."""
-    run_task = script_module("run_task")
+    from l1bench.job import without_worker
+
     res = tmp_path / "results/h100"
     task = res / "tasks/L1_T001"
     task.mkdir(parents=True)
@@ -159,7 +160,7 @@ def test_the_three_callers_agree(tmp_path):
     job = {"kind": "check", "tid": "L1_T001", "task_dir": str(task), "build_result": str(build)}
     for status, decided in (("ok", False), ("compile_error", True), ("no_code", True)):
         build.write_text(json.dumps({"kind": "build", "status": status, "reason": "r"}))
-        got = run_task.without_worker(job, [], 0)
+        got = without_worker(job, [], 0)
         assert (got is not None) == decided == preflight.decided_without_gpu(check_out, res)
         assert (outcome.upstream_status(job) is not None) == decided
         if decided:
@@ -167,19 +168,19 @@ def test_the_three_callers_agree(tmp_path):
     # given up after 2 broken attempts (the build is fine)
     broken = [{"when": "2026-12-01T00:00:00+00:00", "kind": "timeout", "error": "timed out after 9 s"}] * 2
     build.write_text(json.dumps({"kind": "build", "status": "ok", "reason": ""}))
-    assert run_task.without_worker(job, broken, 2)["status"] == "timeout"
-    assert run_task.without_worker(job, broken, 3) is None
-    # no custom code: decided from meta.json (run_task, the worker) or the release (the guard)
+    assert without_worker(job, broken, 2)["status"] == "timeout"
+    assert without_worker(job, broken, 3) is None
+    # no custom code: decided from meta.json (the job, the worker) or the release (the guard)
     (task / "meta.json").write_text(json.dumps({"snippets": {"ref": {"file": "ref.py", "sha256": "a"}}}))
-    assert run_task.without_worker(job, [], 0)["status"] == "no_code"
+    assert without_worker(job, [], 0)["status"] == "no_code"
     assert preflight.decided_without_gpu(check_out, res, no_code_tids={"L1_T001"})
     # a build without extensions needs no worker; with one, it does
     bjob = {"kind": "build", "tid": "L1_T001", "task_dir": str(task)}
     (task / "meta.json").write_text(json.dumps({"snippets": {"custom": {"file": "custom.py", "sha256": "b"}}}))
     (task / "custom.py").write_text("class ModelNew:\n    pass\n")
-    assert run_task.without_worker(bjob, [], 0)["reason"].endswith("nothing to build")
+    assert without_worker(bjob, [], 0)["reason"].endswith("nothing to build")
     (task / "custom.py").write_text("from torch.utils.cpp_extension import load_inline\n")
-    assert run_task.without_worker(bjob, [], 0) is None
+    assert without_worker(bjob, [], 0) is None
 
 
 def test_each_results_tree_has_its_own_job_logs():

@@ -2,7 +2,7 @@
 
 Opt-in: ``L1_SLURM_TEST=1 python -m pytest tests/test_slurm.py`` as root (CI does). It installs
 slurm-wlm, slurmdbd, munge and mariadb-server from Debian's packages where missing, starts a
-one-node cluster (scripts/slurm_local.py: slurmctld, slurmd in its own PID/UTS namespaces so
+one-node cluster (tests/slurm_local.py: slurmctld, slurmd in its own PID/UTS namespaces so
 its jobs run as on another host, slurmdbd on a private MariaDB so sacct lists every job,
 partitions ``cpu`` and ``gpu``, fake GPUs as GRES) and stops it afterwards. Without root, or
 where the packages cannot be installed, it skips with one line.
@@ -30,7 +30,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from helpers import SNAKEMAKE, copy_workflow, missed_hand_offs, script_module, step_results, tree_digest
+from helpers import SNAKEMAKE, copy_workflow, missed_hand_offs, step_results, tree_digest
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 
@@ -55,7 +55,7 @@ def cluster(tmp_path_factory):
         pytest.skip(
             f"SLURM end-to-end test off: set {ENABLE_ENV}=1 (as root; installs slurm-wlm, munge, mariadb with apt-get)"
         )
-    slurm_local = script_module("slurm_local")
+    import slurm_local
 
     try:
         c = slurm_local.start(tmp_path_factory.mktemp("slurm"))

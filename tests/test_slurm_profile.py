@@ -214,7 +214,7 @@ SLURMD_C = (
 
 
 def test_local_cluster_configuration(tmp_path):
-    sl = script_module("slurm_local")
+    import slurm_local as sl
 
     hw = sl.parse_slurmd_c(SLURMD_C)
     assert hw["CPUs"] == "2" and hw["RealMemory"] == "24105"
@@ -244,7 +244,7 @@ def test_local_cluster_configuration(tmp_path):
 
 
 def test_local_cluster_needs_root(tmp_path, monkeypatch):
-    sl = script_module("slurm_local")
+    import slurm_local as sl
 
     monkeypatch.setattr(sl.os, "geteuid", lambda: 1000)
     with pytest.raises(sl.SlurmUnavailable, match="needs root"):

@@ -158,22 +158,17 @@ def test_a_release_with_missing_tasks_stops_unless_a_subset_is_asked_for(ids, su
 
 
 def test_a_job_refuses_a_snippet_whose_sha256_differs_from_the_release(tmp_path):
-    """scripts/run_task.py checks the task folder against the snippet hashes the plan passes:
+    """The job (l1bench.job) checks the task folder against the snippet hashes the plan passes:
     a hand-edited snippet never runs under the release's hash."""
-    from types import SimpleNamespace
-
-    from helpers import script_module
-
+    from l1bench.job import snippets_to_run
     from l1bench.snippet import sha256_text
 
-    run_task = script_module("run_task")
     folder = tmp_path / "L1_T001"
     folder.mkdir()
     (folder / "ref.py").write_text("ref\n")
     (folder / "custom.py").write_text("custom\n")
     want = {"ref": sha256_text("ref\n"), "custom": sha256_text("custom\n")}
-    smk = SimpleNamespace(params=SimpleNamespace(snippets=want))
-    assert run_task.snippets_to_run(smk, {"task_dir": str(folder)}) == want
+    assert snippets_to_run(folder, want) == want
     (folder / "custom.py").write_text("edited\n")
     with pytest.raises(SystemExit, match=r"custom\.py: differs from the release \(edited by hand\?\)"):
-        run_task.snippets_to_run(smk, {"task_dir": str(folder)})
+        snippets_to_run(folder, want)

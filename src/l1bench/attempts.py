@@ -134,6 +134,29 @@ def disk_full_error(error: str) -> str:
     return f"{tid}: {DISK_FULL}; {rest}" if sep else f"{DISK_FULL}; {error}"
 
 
+def record_broken(ledger: str | Path, error: str, kind: str, log_text: str, results_root: str | Path,
+                  gpu_slots: tuple = (None, None)) -> list[dict]:
+    """Record a broken attempt (``error``, ``kind``: runner.JobFailed's) in ``ledger`` with the
+    last error line of ``log_text`` (this attempt's lines of the job log), marking a full disk
+    (the log says so, or the disk of ``results_root`` is low) or running out of GPU memory beside
+    other jobs (``gpu_slots``: the job's and the run's), neither counted. Returns every attempt so far."""
+    extra = {}
+    if disk_full(log_text) or disk_low(results_root) is not None:
+        error, kind, extra = disk_full_error(error), "disk_full", {"disk_full": True}
+    elif out_of_memory(log_text):
+        extra = {"out_of_memory": True, "gpu_slots": gpu_slots[0], "gpu_shared": gpu_shared(*gpu_slots)}
+    return record(ledger, error, kind, last_error_line(log_text), **extra)
+
+
+def not_counted(attempt: dict) -> str:
+    """Why a broken attempt does not count towards max_attempts, for the job's FAILED line ('' if it does)."""
+    if attempt.get("disk_full"):
+        return "; the disk is full: not counted, free disk space and rerun"
+    if ran_out_sharing([attempt]):
+        return "; out of GPU memory beside other jobs: not counted, the retry takes the GPU alone"
+    return ""
+
+
 def infrastructure(attempt: dict) -> bool:
     """Whether an attempt failed for the machine, not the task: it ran out of GPU memory beside
     other jobs, or found the disk full."""
@@ -196,12 +219,12 @@ def last_error_line(log_text: str, limit: int = 300) -> str:
     return ""
 
 
-#: run_task's line for a broken attempt: "FAILED (no result written; ...): <error>".
+#: The job's line for a broken attempt (l1bench.job): "FAILED (no result written; ...): <error>".
 _FAILED = re.compile(r"FAILED \(no result written[^)]*\): (.+)$")
 
 
 def log_error(text: str) -> tuple[str, str]:
-    """(run_task's FAILED message, the worker's last error line) of a job log, '' where absent."""
+    """(the job's FAILED message, the worker's last error line) of a job log, '' where absent."""
     failed = [m.group(1) for m in map(_FAILED.search, text.splitlines()) if m]
     return (failed[-1].strip() if failed else ""), last_error_line(text)
 

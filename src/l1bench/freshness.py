@@ -16,9 +16,17 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from l1bench.io import atomic_write_text
+from l1bench.tolerance import table_param
 
 #: The record beside the tables (an output of aggregate_results).
 RECORD = "tables_inputs.json"
+
+
+def table_params(device: str, ceiling, tolerances) -> dict:
+    """The parameters that shape the tables besides their inputs, recorded with them: the
+    device, the speedup ceiling (config ``detectors.speedup_ceiling``) and the correctness
+    tolerances (config ``tolerances``; none while they are the default)."""
+    return {"device": device, "ceiling": ceiling} | table_param(tolerances)
 
 
 def digest_contents(res: str | Path, contents: Iterable[tuple[str, bytes]], params: dict) -> str:

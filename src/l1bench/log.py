@@ -7,7 +7,7 @@ import logging
 import sys
 from pathlib import Path
 
-#: run_task (build, check, time), split_release, scan_references: time stamp, message
+#: the job (l1bench.job: build, check, time), split_release, scan_references: time stamp, message
 FORMAT = "%(asctime)s %(message)s"
 #: fetch_release: with the level
 FORMAT_LEVEL = "%(asctime)s %(levelname)s %(message)s"

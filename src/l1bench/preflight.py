@@ -64,7 +64,7 @@ def _status(path: Path) -> str | None:
 
 
 def decided_without_gpu(path, res, no_code_tids=(), max_attempts: int = 0, pending=frozenset()) -> bool:
-    """Whether the check/time result ``path`` is decided without a GPU (scripts/run_task.py):
+    """Whether the check/time result ``path`` is decided without a GPU (l1bench.job):
     the task has no custom code, the job already broke ``max_attempts`` times (l1bench.attempts),
     or its build (for a check) or check (for a time job) is negative
     (:func:`l1bench.results.no_worker_needed`). An earlier result that is itself still to be
@@ -139,14 +139,14 @@ WHY = {
 }
 
 
-#: What run_task logs when it does not start a job because the run is draining (the end of a
+#: What the job (l1bench.job) logs when it does not start a job because the run is draining (the end of a
 #: time budget, lab/device_run.sh): not a failure of the task.
 DRAINED_MARK = "not started: the run is draining"
 
 
 def failed_jobs(log_texts) -> dict[str, dict]:
     """{output: {rule, log, error, drained}} of the jobs that failed, from Snakemake logs,
-    sorted by output; ``error`` is run_task's reason from the job log (timeout, signal...)
+    sorted by output; ``error`` is the job's reason from the job log (timeout, signal...)
     when shown; ``drained``: the job was not started because the run was draining."""
     out: dict[str, dict] = {}
     for text in log_texts:

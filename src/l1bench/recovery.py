@@ -36,7 +36,7 @@ INCOMPLETE = Path(".snakemake/incomplete")
 LOCKS = Path(".snakemake/locks")
 OWNER_PREFIX = "l1bench-owner-"
 
-#: Results written atomically by run_task: results/<device>/{build,check,time/<protocol>/<mode>}/<tid>.json
+#: Results written atomically by l1bench.job: results/<device>/{build,check,time/<protocol>/<mode>}/<tid>.json
 _RESULT = re.compile(r"^(build|check|time/(paper|strict)/\w+)/L\d+_T\d{3}\.json$")
 
 
@@ -91,7 +91,7 @@ def _remove_mark(mark: Path, top: Path) -> None:
 def keep_completed_results(results_root: str | Path, workdir: str | Path = ".") -> list[str]:
     """Clear the incomplete marks of complete results below ``results_root``; returns them.
 
-    Only results written atomically by run_task are kept this way; any other output of an
+    Only results written atomically by l1bench.job are kept this way; any other output of an
     interrupted job (tables, figures, downloads) is still made again.
     """
     workdir, root = Path(workdir), Path(results_root)

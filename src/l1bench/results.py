@@ -141,7 +141,7 @@ class TaskResult:
     dict when unset). A time result always has ``score``, ``score_std`` and ``n_timings`` (None,
     None, 0 when unscored); check and time results always have ``flags``
     (``[{"flag": Flag, "reason": str}]``). ``extra`` holds every other field, in the order
-    written: the worker's measurements (l1bench.worker) and scripts/run_task.py's bookkeeping.
+    written: the worker's measurements (l1bench.worker) and l1bench.job's bookkeeping.
     """
 
     kind: str
@@ -246,7 +246,7 @@ def no_worker_needed(
     given as a function of no arguments: it is called only when the decision needs it (a
     caller reads files only for what decides).
 
-    The one decision behind the worker (``run``, ``upstream_status``), scripts/run_task.py
+    The one decision behind the worker (``run``, ``upstream_status``), l1bench.job
     (the results it writes without starting the worker) and the workflow's GPU guard
     (l1bench.preflight.decided_without_gpu, called from rules/common.smk).
     """

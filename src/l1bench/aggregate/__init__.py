@@ -24,9 +24,11 @@ Layers, in pipeline order; each submodule imports only from the ones above it:
 * :mod:`.markdown` — formatting and the ``summary.md`` / ``per_task.md`` pages.
 * :mod:`.report` — the device README (findings, provenance) and ``relpath``.
 * :mod:`.figures` — the matplotlib figures, their numbers the tables' (``annotations``).
+* :mod:`.tables` — one device's tables, figures and report from its results (``make_tables``, the
+  job of ``scripts/aggregate_results.py``).
 
-This module re-exports the names used outside the package (``scripts/aggregate_results.py``,
-the tests); other code imports from the submodule that defines a name.
+This module re-exports the names used outside the package (the tests); other code imports from
+the submodule that defines a name.
 """
 
 from .annotate import (

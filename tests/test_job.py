@@ -1,52 +1,34 @@
-"""scripts/run_task.py, the job script of build/check/time, with a stand-in Snakemake object."""
+"""l1bench.job, the job of build/check/time (scripts/run_task.py passes it the rule's values)."""
 
+import dataclasses
 import json
 import sys
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
-from helpers import script_module
 
+from l1bench import job as job_mod
 from l1bench import lifeline, release, split
+from l1bench.job import JobSpec
 
 ROOT = Path(__file__).resolve().parents[1]
-run_task = script_module("run_task")
 
 DEMO = ROOT / "config/demo/optimized_cuda_code/demo.json"
 PAPER = dict(seed=42, correctness_trials=1, atol=1e-2, rtol=1e-2, warmup=1, outer_trials=1, inner_trials=1,
              early_stop_below=None)
 
 
-class Named(list):
-    """A list with attributes, as Snakemake's input/output/log objects are."""
-
-    def __init__(self, items=(), **named):
-        super().__init__(items or named.values())
-        self.__dict__.update(named)
-
-
-def fake_smk(work, kind, tid, backend="cpu", **params):
+def job_spec(work, kind, tid, backend="cpu", **values) -> JobSpec:
+    """A build or check job of the demo release split below ``work`` (its rule's values)."""
     res = work / "results/demo"
-    output = {"build": f"{res}/build/{tid}.json", "check": f"{res}/check/{tid}.json"}[kind]
-    inputs = {"meta": f"{res}/tasks/{tid}/meta.json"}
-    if kind == "check":
-        inputs["build"] = str(work / "build.json")
     protocol = {"release": "x", "paper": dict(PAPER)}
     if kind == "build":
         protocol["build"] = {"max_jobs": 1, "cuda_arch_list": ""}
-    return SimpleNamespace(
-        rule=f"{kind}_task",
-        input=Named(**inputs),
-        output=Named([output]),
-        log=Named([str(work / f"{kind}.log")]),
-        resources=SimpleNamespace(),  # Snakemake's: `gpu` where the rule asks for it
-        wildcards=SimpleNamespace(tid=tid),
-        config={"results_dir": str(work / "results"), "device": "demo", "max_attempts": 3},
-        params=SimpleNamespace(
-            kind=kind, backend=backend, protocol_params=protocol, ext_dir=str(res / "build/ext" / tid), timeout=60,
-            section_timeout=30, **params,
-        ),
+    return JobSpec(
+        rule=f"{kind}_task", kind=kind, tid=tid, output=f"{res}/{kind}/{tid}.json", log=str(work / f"{kind}.log"),
+        results=res, backend=backend, protocol_params=protocol, ext_dir=str(res / "build/ext" / tid), timeout=60,
+        max_attempts=3, upstream=str(work / "build.json") if kind == "check" else None,
+        section_timeout=30 if kind != "build" else None, **values,
     )
 
 
@@ -64,21 +46,34 @@ def test_cpu_locks_belong_to_the_results_directory(work, tmp_path_factory, monke
     machine_wide = tmp_path_factory.mktemp("machine-wide-locks")
     monkeypatch.setenv("L1BENCH_LOCK_DIR", str(machine_wide))
     monkeypatch.delenv(lifeline.WORKFLOW_ENV, raising=False)
-    smk = fake_smk(work, "check", "L1_T001")
-    assert run_task.make_job(smk)["lock_dir"] == str(work / "results/demo/tmp")
-    assert "lock_dir" not in run_task.make_job(fake_smk(work, "check", "L1_T001", backend="cuda"))
-    run_task.main(smk)
-    assert json.loads(Path(smk.output[0]).read_text())["status"] == "pass"
+    spec = job_spec(work, "check", "L1_T001")
+    assert job_mod.worker_job(spec)["lock_dir"] == str(work / "results/demo/tmp")
+    assert "lock_dir" not in job_mod.worker_job(job_spec(work, "check", "L1_T001", backend="cuda"))
+    job_mod.main(spec)
+    assert json.loads(Path(spec.output).read_text())["status"] == "pass"
     assert (work / "results/demo/tmp/l1bench-cpu.lock").exists()
     assert not list(machine_wide.iterdir())
 
 
-def test_the_task_folder_is_found_without_a_meta_input(work):
+def test_the_task_folder_is_found_by_its_place(work):
     """A job whose result exists takes no meta.json input while the release is still to be
     split (common.smk): the task folder comes from the results directory."""
-    smk = fake_smk(work, "check", "L1_T001")
-    del smk.input.meta
-    assert run_task.make_job(smk)["task_dir"] == str(work / "results/demo/tasks/L1_T001")
+    got = job_mod.worker_job(job_spec(work, "check", "L1_T001"))
+    assert got["task_dir"] == str(work / "results/demo/tasks/L1_T001")
+
+
+def test_the_script_passes_the_rules_values(work):
+    """scripts/run_task.py is an adapter: it reads the rule's values into a JobSpec and calls
+    l1bench.job.main; the values a time job's worker gets are the rule's."""
+    text = (ROOT / "scripts/run_task.py").read_text()
+    assert len(text.splitlines()) <= 60 and "from l1bench.job import JobSpec, main" in text
+    spec = job_spec(work, "check", "L1_T001")
+    timed = dataclasses.replace(spec, kind="time", rule="time_task", mode="cuda_graph", protocol="strict",
+                                strict={"l2_flush": True}, upstream="check.json")
+    got = job_mod.worker_job(timed)
+    assert (got["mode"], got["protocol"], got["strict"], got["check_result"]) == (
+        "cuda_graph", "strict", {"l2_flush": True}, "check.json")
+    assert got["params"] == PAPER and "detectors" not in got
 
 
 def test_a_stopped_job_is_not_an_attempt(work, monkeypatch):
@@ -90,12 +85,12 @@ def test_a_stopped_job_is_not_an_attempt(work, monkeypatch):
     gone = subprocess.Popen([sys.executable, "-c", "pass"])
     gone.wait()
     monkeypatch.setenv(lifeline.WORKFLOW_ENV, f"{gone.pid}:0")  # no such process (any more)
-    smk = fake_smk(work, "check", "L1_T005")  # hangs: only the stop ends it
+    spec = job_spec(work, "check", "L1_T005")  # hangs: only the stop ends it
     with pytest.raises(SystemExit, match="stopped"):
-        run_task.main(smk)
-    assert not Path(smk.output[0]).exists()
+        job_mod.main(spec)
+    assert not Path(spec.output).exists()
     assert not (work / "results/demo/attempts/check/L1_T005.json").exists()
-    assert "not counted as an attempt" in Path(smk.log[0]).read_text()
+    assert "not counted as an attempt" in Path(spec.log).read_text()
 
 
 def test_out_of_memory_beside_other_jobs_is_marked_in_the_ledger(work, monkeypatch):
@@ -106,39 +101,38 @@ def test_out_of_memory_beside_other_jobs_is_marked_in_the_ledger(work, monkeypat
     from l1bench import attempts
     from l1bench.runner import JobFailed
 
-    smk = fake_smk(work, "check", "L1_T005")
+    spec = job_spec(work, "check", "L1_T005", gpu_slots=1)
     ledger = work / "results/demo/attempts/check/L1_T005.json"
     oom = "l1bench worker: infrastructure failure: warm-up: OutOfMemoryError: CUDA out of memory.\n"
 
     def broken(text):
-        def run_job(smk_, job):
-            with open(smk_.log[0], "a") as fh:
+        def run_in_worker(spec_, job):
+            with open(spec_.log, "a") as fh:
                 fh.write(text)
             raise JobFailed("L1_T005: infrastructure failure (CUDA fault or out of memory), see log", "infra")
-        return run_job
+        return run_in_worker
 
     monkeypatch.setenv(attempts.GPU_SLOTS_ENV, "32")
-    monkeypatch.setattr(run_task, "run_job", broken(oom))
-    for slots in (1, 1, 1):
-        smk.resources = SimpleNamespace(gpu=slots)
+    monkeypatch.setattr(job_mod, "run_in_worker", broken(oom))
+    for _ in range(3):
         with pytest.raises(SystemExit):
-            run_task.main(smk)
+            job_mod.main(spec)
     got = attempts.load(ledger)
     assert [a["gpu_shared"] for a in got] == [True] * 3 and all(a["out_of_memory"] for a in got)
-    assert not Path(smk.output[0]).exists()  # 3 attempts, none counted: no terminal result
-    assert "not counted, the retry takes the GPU alone" in Path(smk.log[0]).read_text()
-    monkeypatch.setattr(run_task, "run_job", broken("Segmentation fault\n"))
+    assert not Path(spec.output).exists()  # 3 attempts, none counted: no terminal result
+    assert "not counted, the retry takes the GPU alone" in Path(spec.log).read_text()
+    monkeypatch.setattr(job_mod, "run_in_worker", broken("Segmentation fault\n"))
     with pytest.raises(SystemExit):
-        run_task.main(smk)
+        job_mod.main(spec)
     assert "out_of_memory" not in attempts.load(ledger)[-1]  # the earlier attempts' lines not read
-    smk.resources = SimpleNamespace(gpu=32)
-    monkeypatch.setattr(run_task, "run_job", broken(oom))
+    spec = dataclasses.replace(spec, gpu_slots=32)
+    monkeypatch.setattr(job_mod, "run_in_worker", broken(oom))
     for _ in range(2):
         try:
-            run_task.main(smk)
+            job_mod.main(spec)
         except SystemExit:
             pass
-    res = json.loads(Path(smk.output[0]).read_text())
+    res = json.loads(Path(spec.output).read_text())
     assert res["status"] == "crashed" and len(res["failed_attempts"]) == 6
     assert res["failed_attempts"][-1]["gpu_shared"] is False
 
@@ -164,26 +158,25 @@ def test_the_workflow_gives_a_job_that_ran_out_beside_others_every_gpu_slot(tmp_
 
 
 def test_a_job_that_takes_every_gpu_slot_asks_the_idle_workers_to_leave(work, monkeypatch):
-    """run_job: with every one of the run's several GPU slots the job runs inside gpu_alone (the
+    """run_in_worker: with every one of the run's several GPU slots the job runs inside gpu_alone (the
     request file exists while its worker runs, and is gone after); with one slot, or where the
     run's slots are unknown, no request is made."""
     from l1bench import attempts
     from l1bench.timing import idle, taskworker
 
-    smk = fake_smk(work, "check", "L1_T005")
+    spec = job_spec(work, "check", "L1_T005")
     alone = work / "results/demo/tmp/task-workers" / idle.ALONE_FILE
     seen = []
     monkeypatch.setattr(taskworker, "run_in_task_worker",
                         lambda *a, **k: seen.append(alone.exists()) or {"status": "pass"})
     monkeypatch.setattr(taskworker, "ALONE_SETTLE_S", 0.0)
-    job = run_task.make_job(smk)
+    job = job_mod.worker_job(spec)
     for slots, run_slots, want in ((32, "32", True), (1, "32", False), (1, "1", False), (32, None, False)):
         if run_slots is None:
             monkeypatch.delenv(attempts.GPU_SLOTS_ENV, raising=False)
         else:
             monkeypatch.setenv(attempts.GPU_SLOTS_ENV, run_slots)
-        smk.resources = SimpleNamespace(gpu=slots)
-        assert run_task.run_job(smk, job) == {"status": "pass"}
+        assert job_mod.run_in_worker(dataclasses.replace(spec, gpu_slots=slots), job) == {"status": "pass"}
         assert seen[-1] is want, (slots, run_slots)
         assert not alone.exists()
     assert attempts.takes_every_slot(32, "32") and not attempts.takes_every_slot(31, 32)

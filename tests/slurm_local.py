@@ -4,9 +4,9 @@
 What the SLURM test (tests/test_slurm.py) runs against, and a way to try ``profiles/slurm``
 without a cluster::
 
-    sudo python scripts/slurm_local.py start /tmp/slurm   # prints the L1_SLURM_* settings
-    sudo python scripts/slurm_local.py stop /tmp/slurm
-    sudo python scripts/slurm_local.py install /tmp/slurm # only the packages (CI, ahead of the test)
+    sudo python tests/slurm_local.py start /tmp/slurm   # prints the L1_SLURM_* settings
+    sudo python tests/slurm_local.py stop /tmp/slurm
+    sudo python tests/slurm_local.py install /tmp/slurm # only the packages (CI, ahead of the test)
 
 As root it installs what is missing from Debian's packages (``slurm-wlm``, ``slurmdbd``,
 ``munge``, ``mariadb-server``; services are not started by the packages), then starts:
@@ -46,7 +46,7 @@ from pathlib import Path
 
 CONF_DIR = Path("/etc/slurm")
 #: First line of every file this module writes (how a stale one of ours is recognised).
-MARKER = "# written by scripts/slurm_local.py (a throwaway single-node test cluster); work folder: "
+MARKER = "# written by tests/slurm_local.py (a throwaway single-node test cluster); work folder: "
 PACKAGES = ("slurm-wlm", "slurmdbd", "munge", "mariadb-server")
 #: Commands the cluster needs, by the package that brings them.
 COMMANDS = {
