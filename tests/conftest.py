@@ -84,16 +84,30 @@ def tasks(tmp_path_factory):
 
 
 @pytest.fixture(autouse=True)
-def _no_scratch_folder_left():
-    """A test leaves no job script's scratch folder in the temp folder (``helpers.scratch_left``):
-    a test that kills a job script points that script's TMPDIR at its tmp_path."""
+def _no_scratch_folder_left(monkeypatch):
+    """The processes a test starts make their temporary files in a folder of that test's own
+    (``TMPDIR``; short, for the task workers' unix sockets), removed after it, so that no test
+    leaves files in the machine's temp folder and tests running side by side (xdist, the SLURM
+    test) never see each other's; a job script's scratch folder left there by a process that is
+    gone fails the test (``helpers.scratch_left``). A test that kills a job script on purpose
+    points that script's ``TMPDIR`` at its tmp_path."""
+    import shutil
     import tempfile
 
     from helpers import scratch_left
 
-    before = set(Path(tempfile.gettempdir()).glob("l1bench-*"))
+    # torch.compile's cache stays where it was (it lives under the temp folder by default):
+    # compiling cold in every test would outlast the steps' timeouts
+    if "TORCHINDUCTOR_CACHE_DIR" not in os.environ:
+        import getpass
+
+        inductor = Path(tempfile.gettempdir(), f"torchinductor_{getpass.getuser()}")
+        monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(inductor))
+    own = tempfile.mkdtemp(prefix="l1t-")
+    monkeypatch.setenv("TMPDIR", own)
     yield
-    left = scratch_left(tempfile.gettempdir(), before)
+    left = scratch_left(own)
+    shutil.rmtree(own, ignore_errors=True)
     if left:
         pytest.fail(f"left in the temp folder by a killed job script: {', '.join(map(str, left))}", pytrace=False)
 
