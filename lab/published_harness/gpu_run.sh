@@ -41,6 +41,15 @@ prefix=${PREFIX:-results/sbs}
 MODES=${MODES:-default}
 here=lab/published_harness
 mkdir -p "$out" logs/sbs
+# Both harnesses read the release folder: the workflow parses the baselines of every mode, the
+# published harness its eval file. A missing one stops here, before any GPU time is spent on an
+# arm that cannot run (2026-12-07: a copy without more_baselines/ ended the workflow's arm in 3 s).
+rdir=${RELEASE_DIR:-.release}
+for f in "optimized_cuda_code/${DEVICE:-h100}.json" more_baselines/cuda_graph.json more_baselines/cudnn.json \
+    "${HARNESS:-eval/eval_cuda.py}"; do
+    [ -f "$f" ] || [ -f "$rdir/$f" ] || { echo "gpu_run.sh: $rdir/$f: not found (copy the upstream repository's" \
+        "optimized_cuda_code/, more_baselines/ and eval/ there)" >&2; exit 2; }
+done
 log=logs/sbs/gpu_run.log
 trees=("$prefix-pub1" "$prefix-wf1" "$prefix-pub2" "$prefix-wf2")
 [ -n "${PIN_CPUS:-}" ] && trees+=("$prefix-pin1" "$prefix-pin2")
