@@ -40,7 +40,7 @@ def snakemake(workdir, *args, check=None, env=None):
 def demo_run(tmp_path_factory):
     work = tmp_path_factory.mktemp("demo")
     copy_workflow(work)
-    # where a machine-wide lock would go: a CPU (demo) run must not use it (l1bench run_task)
+    # where a machine-wide lock would go: a CPU (demo) run must not use it (l1bench.job)
     machine_wide = tmp_path_factory.mktemp("machine-wide-locks")
     first = snakemake(work, env=dict(os.environ, L1BENCH_LOCK_DIR=str(machine_wide)))
     assert not list(machine_wide.iterdir())

@@ -12,11 +12,10 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 import test_worker
-from helpers import script_module, wait_for
+from helpers import wait_for
 
 from l1bench import lifeline, plan
 from l1bench.runner import JobFailed
@@ -87,12 +86,12 @@ def stop(res):
 
 
 def test_only_the_checks_and_eager_time_jobs_go_to_the_task_worker(tmp_path, monkeypatch):
-    """run_task sends a check and an eager-mode time job to its task's worker, a compile-mode
-    time job and a build to a worker of their own; no params key says which."""
+    """The job (l1bench.job) sends a check and an eager-mode time job to its task's worker, a
+    compile-mode time job and a build to a worker of their own; no params key says which."""
     import l1bench.runner
     import l1bench.timing.taskworker
+    from l1bench.job import JobSpec, run_in_worker
 
-    run_task = script_module("run_task")
     went = []
     monkeypatch.setattr(l1bench.timing.taskworker, "run_in_task_worker", lambda job, *a, **k: went.append("task") or {})
     monkeypatch.setattr(l1bench.runner, "run_worker", lambda job, *a, **k: went.append("own") or {})
@@ -101,16 +100,11 @@ def test_only_the_checks_and_eager_time_jobs_go_to_the_task_worker(tmp_path, mon
         params = plan.evaluation_params(kind, "sha", {"paper": {}, "build": {"max_jobs": 1, "cuda_arch_list": ""},
                                                       "protocol": "paper"})
         assert "timing" not in params
-        smk = SimpleNamespace(
-            params=SimpleNamespace(kind=kind, backend="cuda", ext_dir="e", protocol_params=params, strict=None,
-                                   timeout=60),
-            wildcards=SimpleNamespace(tid="L1_T001", mode=mode, protocol="paper"),
-            input=SimpleNamespace(build="b.json", check="c.json"),
-            config={"results_dir": str(tmp_path), "device": "h100"},
-            resources=SimpleNamespace(), log=[str(tmp_path / "log")],
-        )
+        spec = JobSpec(rule=f"{kind}_task", kind=kind, tid="L1_T001", output=str(tmp_path / "h100/out.json"),
+                       log=str(tmp_path / "log"), results=tmp_path / "h100", backend="cuda", protocol_params=params,
+                       ext_dir="e", timeout=60, max_attempts=3, mode=mode, protocol="paper")
         job = {"kind": kind, "tid": "L1_T001"} | ({"mode": mode} if mode else {})
-        run_task.run_job(smk, job)
+        run_in_worker(spec, job)
         assert went.pop() == want, (kind, mode)
 
 

@@ -8,7 +8,6 @@ import sys
 import time
 
 import pytest
-from helpers import script_module
 
 from l1bench.runner import JobFailed, run_worker
 from l1bench.timing import TIMING_VERSION, harness
@@ -412,7 +411,7 @@ def test_lock_holder_runs_on_the_timing_cpu(tmp_path, monkeypatch):
 def test_no_code_result_needs_no_worker(tmp_path):
     import json
 
-    without_worker = script_module("run_task").without_worker
+    from l1bench.job import without_worker
 
     task = tmp_path / "L1_T007"
     task.mkdir()
@@ -429,7 +428,7 @@ def test_no_code_result_needs_no_worker(tmp_path):
 
 
 def test_a_failed_check_is_carried_forward_without_a_worker(tmp_path):
-    without_worker = script_module("run_task").without_worker
+    from l1bench.job import without_worker
 
     (tmp_path / "meta.json").write_text(json.dumps({"snippets": {"custom": {"file": "custom.py", "sha256": "b"}}}))
     check = tmp_path / "check.json"
@@ -576,7 +575,7 @@ def test_a_build_lock_left_by_a_killed_process_is_cleared_and_loads_take_turns(t
 
 
 def test_nothing_to_build_without_extensions(tmp_path):
-    without_worker = script_module("run_task").without_worker
+    from l1bench.job import without_worker
 
     task = tmp_path / "L1_T001"
     task.mkdir()
