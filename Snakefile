@@ -22,22 +22,25 @@ if not config["aggregate_only"]:
 include: "rules/aggregate.smk"
 
 
+# The run hooks (l1bench.hooks): a killed run's results and locks recovered now, before
+# Snakemake plans; the guards and bookkeeping at the start; the run's last line at its end.
+RUN_HOOKS = hooks.install(workflow, PLAN, RERUNS)
+
+
 onstart:
-    start_run()
+    RUN_HOOKS.start()
 
 
 onsuccess:
-    print_outcome()
-    clear_stale_markers()
+    RUN_HOOKS.succeeded()
 
 
 onerror:
-    clear_stale_markers()
-    print_failure_hint(log)
+    RUN_HOOKS.failed(log)
 
 
 rule all:
     default_target: True
     input:
-        all_targets(),
-        stale_markers,
+        PLAN.all_targets(),
+        RERUNS.markers,

@@ -6,7 +6,7 @@
 # evaluate.smk: the tables' marker is needed with aggregate_only too.
 rule mark_stale:
     output:
-        f"{RES}/stale/{{what}}.{{key}}.txt",
+        f"{RESULTS}/stale/{{what}}.{{key}}.txt",
     log:
         f"{LOGS}/mark_stale/{{what}}.{{key}}.log",
     wildcard_constraints:
@@ -14,7 +14,7 @@ rule mark_stale:
         key=r"[0-9a-f]{12}",
     localrule: True
     params:
-        reason=lambda w: stale_reason(w.what) or "forced",
+        reason=lambda w: RERUNS.reason(w.what) or "forced",
     message:
         "{wildcards.what} is stale: {params.reason}"
     run:
@@ -23,9 +23,9 @@ rule mark_stale:
 
 rule scan_references:
     input:
-        meta=scan_meta,
+        meta=scan_inputs,
     output:
-        f"{RES}/reference_scan.json",
+        f"{RESULTS}/reference_scan.json",
     log:
         f"{LOGS}/scan_references.log",
     conda:
@@ -33,7 +33,7 @@ rule scan_references:
     threads: workflow.cores
     params:
         trials=2,
-        timeout=timeout("check"),
+        timeout=PLAN.timeout("check"),
     script:
         "../scripts/scan_references.py"
 
@@ -42,22 +42,24 @@ rule aggregate_results:
     input:
         unpack(aggregate_inputs),
     output:
-        csv=report(f"{RES}/scores.csv", category="Tables"),
-        summary=report(f"{RES}/summary.md", category="Tables"),
-        per_task=report(f"{RES}/per_task.md", category="Tables"),
-        scatter=report(f"{RES}/figures/measured_vs_published.png", category="Figures"),
-        ratios=report(f"{RES}/figures/ratio_hist.png", category="Figures"),
-        report=f"{RES}/README.md",
-        extensions=f"{RES}/extension_failures.md",
-        record=TABLES_RECORD,
+        csv=report(f"{RESULTS}/scores.csv", category="Tables"),
+        summary=report(f"{RESULTS}/summary.md", category="Tables"),
+        per_task=report(f"{RESULTS}/per_task.md", category="Tables"),
+        scatter=report(
+            f"{RESULTS}/figures/measured_vs_published.png", category="Figures"
+        ),
+        ratios=report(f"{RESULTS}/figures/ratio_hist.png", category="Figures"),
+        report=f"{RESULTS}/README.md",
+        extensions=f"{RESULTS}/extension_failures.md",
+        record=PLAN.tables_record,
     log:
         f"{LOGS}/aggregate_results.log",
     conda:
         "../envs/environment.yaml"
     params:
-        device=DEVICE,
+        device=PLAN.device,
         ceiling=config["detectors"]["speedup_ceiling"],
-        slices=list(slice_reports()),
+        slices=list(PLAN.slice_reports),
         tolerances=config["tolerances"],
         paper_tolerance=[config["paper"]["atol"], config["paper"]["rtol"]],
     script:
@@ -68,10 +70,10 @@ rule aggregate_results:
 # two or more release trees exist, else on request: snakemake --cores 1 transfer_report.
 rule transfer_report:
     input:
-        unpack(transfer_report_inputs),
+        unpack(transfer_inputs),
     output:
-        page=TRANSFER[0],
-        figure=TRANSFER[1],
+        page=PLAN.transfer_outputs[0],
+        figure=PLAN.transfer_outputs[1],
     log:
         f"{LOGS}/transfer_report.log",
     conda:
@@ -87,7 +89,7 @@ rule slice_report:
     input:
         unpack(slice_inputs),
     output:
-        f"{RES}/slices/{{name}}.md",
+        f"{RESULTS}/slices/{{name}}.md",
     log:
         f"{LOGS}/slice_report/{{name}}.log",
     conda:

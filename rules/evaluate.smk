@@ -1,6 +1,7 @@
 # Stages 2-4: build (CPU, parallel), check (GPU) and time each mode (GPU), per task.
 # What reruns is decided in one place (l1bench.staleness, docs/rerun-policy.md): a missing
-# result, or a stale one, whose job then takes its mark_stale marker as input.
+# result, or a stale one, whose job then takes its mark_stale marker as input. Priorities,
+# threads, resources and params: the run's plan (l1bench.runplan.RunPlan).
 # A job that breaks is retried within the run until its attempts ledger gives it a terminal
 # result (l1bench.attempts.in_run_retries): the tables follow in the same run.
 RETRIES = attempts.in_run_retries(config["max_attempts"])
@@ -10,23 +11,23 @@ rule build_task:
     input:
         unpack(evaluation_inputs("build")),
     output:
-        f"{RES}/build/{{tid}}.json",
+        f"{RESULTS}/build/{{tid}}.json",
     log:
         f"{LOGS}/build_task/{{tid}}.log",
-    priority: build_priority
+    priority: PLAN.build_priority
     retries: RETRIES
     conda:
         "../envs/environment.yaml"
-    threads: build_threads
+    threads: PLAN.build_threads
     resources:
-        builds=build_slots,
+        builds=PLAN.build_slots,
     params:
         kind="build",
-        backend="cpu" if IS_DEMO else "cuda",
-        protocol_params=evaluation_params("build"),
-        snippets=expected_snippets,
-        ext_dir=lambda w: f"{RES}/build/ext/{w.tid}",
-        timeout=timeout("build"),
+        backend=PLAN.backend,
+        protocol_params=PLAN.evaluation_params("build"),
+        snippets=RERUNS.expected_snippets,
+        ext_dir=PLAN.ext_dir,
+        timeout=PLAN.timeout("build"),
     script:
         "../scripts/run_task.py"
 
@@ -35,25 +36,25 @@ rule check_task:
     input:
         unpack(evaluation_inputs("check")),
     output:
-        f"{RES}/check/{{tid}}.json",
+        f"{RESULTS}/check/{{tid}}.json",
     log:
         f"{LOGS}/check_task/{{tid}}.log",
-    priority: check_priority
+    priority: PLAN.check_priority
     retries: RETRIES
     conda:
         "../envs/environment.yaml"
-    threads: EVALUATION_THREADS
+    threads: PLAN.evaluation_threads
     resources:
-        gpu=gpu_slots,
+        gpu=PLAN.gpu_slots,
     params:
         kind="check",
-        backend="cpu" if IS_DEMO else "cuda",
-        protocol_params=evaluation_params("check"),
-        settings=plan.job_settings("check", None, config),
-        snippets=expected_snippets,
-        ext_dir=lambda w: f"{RES}/build/ext/{w.tid}",
-        timeout=timeout("check"),
-        section_timeout=timeout("gpu_section"),
+        backend=PLAN.backend,
+        protocol_params=PLAN.evaluation_params("check"),
+        settings=PLAN.job_settings("check"),
+        snippets=RERUNS.expected_snippets,
+        ext_dir=PLAN.ext_dir,
+        timeout=PLAN.timeout("check"),
+        section_timeout=PLAN.timeout("gpu_section"),
     script:
         "../scripts/run_task.py"
 
@@ -62,26 +63,26 @@ rule time_task:
     input:
         unpack(evaluation_inputs("time")),
     output:
-        f"{RES}/time/{{protocol}}/{{mode}}/{{tid}}.json",
+        f"{RESULTS}/time/{{protocol}}/{{mode}}/{{tid}}.json",
     log:
         f"{LOGS}/time_task/{{protocol}}/{{mode}}/{{tid}}.log",
-    priority: time_priority
+    priority: PLAN.time_priority
     retries: RETRIES
     conda:
         "../envs/environment.yaml"
-    threads: EVALUATION_THREADS
+    threads: PLAN.evaluation_threads
     resources:
-        gpu=gpu_slots,
-        compile=compile_slots,
+        gpu=PLAN.gpu_slots,
+        compile=PLAN.compile_slots,
     params:
         kind="time",
-        backend="cpu" if IS_DEMO else "cuda",
-        protocol_params=time_params,
-        strict=strict_params,
-        settings=lambda w: plan.job_settings("time", w.protocol, config),
-        snippets=expected_snippets,
-        ext_dir=lambda w: f"{RES}/build/ext/{w.tid}",
-        timeout=timeout("time"),
-        section_timeout=timeout("gpu_section"),
+        backend=PLAN.backend,
+        protocol_params=PLAN.evaluation_params("time"),
+        strict=PLAN.strict_params,
+        settings=lambda w: PLAN.job_settings("time", w.protocol),
+        snippets=RERUNS.expected_snippets,
+        ext_dir=PLAN.ext_dir,
+        timeout=PLAN.timeout("time"),
+        section_timeout=PLAN.timeout("gpu_section"),
     script:
         "../scripts/run_task.py"

@@ -20,7 +20,7 @@ rule fetch_release_file:
             commit=w.commit,
             base_url=config["upstream"]["base_url"],
         ),
-        sha256=lambda w: expected_sha256(w.path),
+        sha256=lambda w: PLAN.expected_sha256(w.path),
     script:
         "../scripts/fetch_release.py"
 
@@ -31,17 +31,14 @@ rule split_release:
     input:
         unpack(split_inputs),
     output:
-        meta=expand(f"{RES}/tasks/{{tid}}/meta.json", tid=ALL_TIDS),
+        meta=PLAN.task_paths("meta", tids=PLAN.all_tids),
     log:
         f"{LOGS}/split_release.log",
     conda:
         "../envs/environment.yaml"
     params:
-        device=DEVICE,
-        sha256=lambda w: {
-            "release": expected_sha256(RELEASE_PATH),
-            **{k: expected_sha256(v) for k, v in BASELINE_PATHS.items()},
-        },
-        release_path=RELEASE_PATH,
+        device=PLAN.device,
+        sha256=PLAN.release_checksums(),
+        release_path=PLAN.release_path,
     script:
         "../scripts/split_release.py"

@@ -603,18 +603,20 @@ def test_make_tables(tree, tmp_path):
     assert record["params"] == freshness.table_params("h100", 50.0, None) == {"device": "h100", "ceiling": 50.0}
 
 
-def test_the_tables_params_are_the_plans():
-    """What the tables record as their parameters (freshness.table_params) is what the plan
-    compares them with (plan.table_params), for the default config and other tolerances."""
+def test_the_tables_params_are_the_plans(tmp_path, monkeypatch):
+    """What the tables record as their parameters (freshness.table_params of the aggregate rule's
+    params) is what the run's plan compares them with, for the default config and other
+    tolerances."""
     import yaml
 
-    from l1bench import freshness, plan
+    from l1bench import freshness
+    from l1bench.runplan import RunPlan
 
-    config = yaml.safe_load((ROOT / "config/config.yaml").read_text())
+    config = yaml.safe_load((ROOT / "config/config.yaml").read_text()) | {"device": "h100"}
+    monkeypatch.chdir(tmp_path)  # no release on disk: nothing to load
     for tolerances in (config.get("tolerances"), [1e-2, 1e-3], None):
-        config["tolerances"] = tolerances
         want = freshness.table_params("h100", config["detectors"]["speedup_ceiling"], tolerances)
-        assert plan.table_params("h100", config) == want
+        assert RunPlan(config | {"tolerances": tolerances}).table_params() == want
 
 
 # --------------------------------------------------------------------------- io

@@ -121,3 +121,17 @@ def test_every_key_of_the_config_file_reads_back_from_the_command_line():
         given = parse_config([f"{key}={text}"])
         cliconfig.normalise(given, SCHEMA)
         assert given == {key: value}, (key, text)
+
+
+def test_the_default_schema_is_the_repositorys():
+    """cliconfig.SCHEMA, the schema an editable install finds, types as the workflow's does."""
+    cfg = {"aggregate_only": "Yes", "device": 3090}
+    cliconfig.normalise(cfg, cliconfig.SCHEMA)
+    assert cfg == {"aggregate_only": True, "device": "3090"}
+    for raw, want in (("false", False), ("0", False), ("no", False), ("1", True), ("TRUE", True)):
+        cfg = {"aggregate_only": raw}
+        cliconfig.normalise(cfg, cliconfig.SCHEMA)
+        assert cfg["aggregate_only"] is want
+    cfg = {"aggregate_only": "maybe", "device": True}  # left for the schema to reject
+    cliconfig.normalise(cfg, cliconfig.SCHEMA)
+    assert cfg == {"aggregate_only": "maybe", "device": True}

@@ -1,5 +1,6 @@
 """What the workflow plans (l1bench.plan): paths, inputs and parameters of its rules, computed
-from the config and the selection (rules/common.smk passes them its globals)."""
+from the config and the selection given as arguments (l1bench.runplan.RunPlan applies them to a
+run: tests/test_runplan.py)."""
 
 import hashlib
 from pathlib import Path
@@ -24,20 +25,7 @@ def touch(path, text="{}\n"):
     return str(path)
 
 
-# --------------------------------------------------------------------------- config
-
-
-def test_command_line_values_are_typed_as_the_schema_wants():
-    cfg = {"aggregate_only": "Yes", "device": 3090}
-    plan.normalise_cli_values(cfg)
-    assert cfg == {"aggregate_only": True, "device": "3090"}
-    for raw, want in (("false", False), ("0", False), ("no", False), ("1", True), ("TRUE", True)):
-        cfg = {"aggregate_only": raw}
-        plan.normalise_cli_values(cfg)
-        assert cfg["aggregate_only"] is want
-    cfg = {"aggregate_only": "maybe", "device": True}  # left for the schema to reject
-    plan.normalise_cli_values(cfg)
-    assert cfg == {"aggregate_only": "maybe", "device": True}
+# --------------------------------------------------------------------------- the selection
 
 
 def test_protocols_modes_and_strict_modes_of_a_config():
@@ -268,7 +256,6 @@ def test_all_targets_report_outputs_and_what_the_tables_follow(tmp_path):
     with pytest.raises(plan.PlanError, match=r"^config slice_reports: nope\.yaml: no such file$"):
         plan.slice_reports([path, "nope.yaml"])
     assert plan.curation("h100", "x.json") == "config/curation/h100/x.json"
-    assert plan.table_params("h100", CONFIG) == {"device": "h100", "ceiling": CONFIG["detectors"]["speedup_ceiling"]}
 
 
 # --------------------------------------------------------------------------- the evaluation jobs
@@ -395,26 +382,6 @@ def test_level_3_checks_go_first_only_when_the_run_times_a_compile_mode():
     assert plan.check_priority(l3, eager) < min(plan.time_priority("paper", m, l3) for m in eager)
     assert plan.check_priority(l3, eager + ["torch_compile_reduce_overhead"]) == plan.check_priority(l3) > 10
     assert plan.check_priority("L2_T012", ALL_MODES) == plan.CHECK_PRIORITY
-
-
-# --------------------------------------------------------------------------- onstart guards
-
-
-def test_the_guards_pick_their_jobs(tmp_path):
-    done = touch(tmp_path / "time/paper/default/L1_T001.json")
-    scan = touch(tmp_path / "reference_scan.json")
-    report = touch(tmp_path / "README.md")
-    todo = str(tmp_path / "check/L1_T002.json")
-    planned = [
-        ("time_task", [done]),
-        ("check_task", [todo]),
-        ("scan_references", [scan]),
-        ("aggregate_results", [report]),
-        ("split_release", [str(tmp_path / "tasks/L1_T001/meta.json")]),
-    ]
-    outputs, pending = plan.gpu_job_outputs(iter(planned))
-    assert outputs == [done, todo]
-    assert pending == {done, todo, scan, report, str(tmp_path / "tasks/L1_T001/meta.json")}
 
 
 def test_build_slots_only_for_builds_that_start_a_worker():

@@ -95,7 +95,7 @@ def worker_job(spec: JobSpec) -> dict:
         "backend": spec.backend,
         "tid": spec.tid,
         # the task folder by its place, not from the inputs: a job whose result exists takes
-        # no meta.json input while the release is still to be split (common.smk, task_meta)
+        # no meta.json input while the release is still to be split (rules/common.smk, evaluation_inputs)
         "task_dir": str(spec.results / "tasks" / spec.tid),
         "ext_dir": spec.ext_dir,
         "params": dict(p.get("paper", {})),

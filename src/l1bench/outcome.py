@@ -1,6 +1,6 @@
 """The one line a successful run ends with: what was measured (the time results by status,
 made in this run or kept from earlier ones), where the tables are, and what broke (how many
-tasks, where their logs are, the command that retries them). rules/common.smk prints it at
+tasks, where their logs are, the command that retries them). l1bench.hooks prints it at
 ``onsuccess``; what a failed run ends with is :func:`l1bench.preflight.failure_hint`.
 """
 

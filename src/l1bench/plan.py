@@ -1,9 +1,8 @@
-"""What the workflow plans: the paths, inputs and parameters its rules are made of, computed
-from the config and the task selection. Used by rules/common.smk, whose helpers stay thin
-wrappers that pass the workflow's globals (results root, task ids, modes, protocols, config);
-everything here takes them as arguments, so it is tested without Snakemake (tests/test_plan.py).
+"""What the workflow plans: the paths, inputs and parameters its rules are made of, as functions
+of the config and the task selection given as arguments, so that each is tested without
+Snakemake (tests/test_plan.py). The run's plan object, :class:`l1bench.runplan.RunPlan`, applies
+them to one run for the rules.
 
-* the config: :func:`normalise_cli_values`
 * the task worker: :func:`serves_task_worker`
 * the selection: :func:`protocols`, :func:`modes`, :func:`strict_modes`, :func:`task_index`,
   :func:`selected_tids`, :func:`no_code_tids`
@@ -12,13 +11,12 @@ everything here takes them as arguments, so it is tested without Snakemake (test
 * result paths: :func:`task_paths`, :func:`existing`, :func:`results_on_disk`,
   :func:`with_results_on_disk`
 * the tables: :func:`aggregate_inputs`, :func:`all_targets`, :func:`slice_reports`,
-  :func:`curation`, :func:`report_outputs`, :func:`table_params`
+  :func:`curation`, :func:`report_outputs`
 * the evaluation jobs: :func:`timeout`, :func:`evaluation_params`, :func:`time_priority`,
   :func:`compile_slots`, :func:`strict_params`, :func:`job_settings`
-* the onstart guard's pure part: :func:`gpu_job_outputs`
 
-Errors a user can cause raise :class:`PlanError` (one line; the workflow turns it into a
-WorkflowError), or the release's own ``ReleaseError`` / ``FetchError``.
+Errors a user can cause raise :class:`PlanError` (one line; the workflow stops with it), or the
+release's own ``ReleaseError`` / ``FetchError``.
 """
 
 from __future__ import annotations
@@ -30,7 +28,6 @@ from pathlib import Path
 from l1bench import fetch
 from l1bench import release as rel
 from l1bench.results import builds_extensions
-from l1bench.tolerance import table_param
 
 #: The embedded CPU release of ``device: demo``.
 DEMO_RELEASE = "config/demo"
@@ -40,9 +37,6 @@ BASELINE_PATHS = {
     "cuda_graph": "more_baselines/cuda_graph.json",
     "cudnn": "more_baselines/cudnn.json",
 }
-
-#: Rules whose jobs make build, check, time results or the reference scan.
-EVALUATION_RULES = ("build_task", "check_task", "time_task", "scan_references")
 
 #: The results' protocols (the time results' first folder level).
 ALL_PROTOCOLS = ("paper", "strict")
@@ -58,16 +52,7 @@ class PlanError(ValueError):
     """A config or selection the workflow cannot plan; ``str(err)`` is one line."""
 
 
-# --------------------------------------------------------------------------- config
-
-
-def normalise_cli_values(cfg: dict, schema=None) -> None:
-    """--config values as the command line gives them, typed as the schema wants (before
-    validation): :func:`l1bench.cliconfig.normalise` (``schema``: the schema or its file;
-    default the repository's config/schemas/config.schema.yaml)."""
-    from l1bench import cliconfig
-
-    cliconfig.normalise(cfg, cliconfig.SCHEMA if schema is None else schema)
+# --------------------------------------------------------------------------- the task worker
 
 
 def serves_task_worker(kind: str, mode: str | None) -> bool:
@@ -351,12 +336,6 @@ def report_outputs(res: str, slice_names: Iterable[str]) -> list[str]:
     return [f"{res}/{n}" for n in names + figs + slices]
 
 
-def table_params(device: str, config: Mapping) -> dict:
-    """The parameters that shape the tables (besides their inputs), recorded with them."""
-    tolerances = table_param(config.get("tolerances"))
-    return {"device": device, "ceiling": config["detectors"]["speedup_ceiling"]} | tolerances
-
-
 # --------------------------------------------------------------------------- the evaluation jobs
 
 
@@ -478,16 +457,4 @@ def strict_params(protocol: str, strict: Mapping) -> dict | None:
     if protocol != "strict":
         return None
     return {k: v for k, v in strict.items() if k != "modes" and not (k in STRICT_OPT_IN and not v)}
-
-
-# --------------------------------------------------------------------------- onstart guards
-
-
-def gpu_job_outputs(planned: Iterable[tuple[str, list[str]]]) -> tuple[list[str], set[str]]:
-    """(outputs of the planned check and time jobs, every planned output) of ``planned``
-    ([(rule, outputs)]): what the GPU guard asks preflight.gpu_jobs about."""
-    planned = list(planned)
-    pending = {out for _, outs in planned for out in outs}
-    outputs = [out for rule, outs in planned if rule in ("check_task", "time_task") for out in outs]
-    return outputs, pending
 

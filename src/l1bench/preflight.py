@@ -1,5 +1,5 @@
 """What the workflow says before and after a run: one line for bad input, the GPU guard, the
-end-of-run hint. Used by rules/common.smk (helpers there stay thin).
+end-of-run hint. Used by the run's plan (l1bench.runplan) and its hooks (l1bench.hooks).
 
 * :func:`config_error` — a config that fails the schema, as one line naming the key.
 * :func:`release_dir_problem` — a ``release_dir`` that does not exist or lacks the release file.
@@ -43,7 +43,7 @@ def release_dir_problem(release_dir: str | Path, release_file: str) -> str | Non
     """Why ``release_dir`` cannot be the release (one line naming the path), else None.
 
     Checked whatever results are on disk: a typo must not pass as "nothing to be done".
-    The baseline files are checked with the release's checksums (common.smk).
+    The baseline files are checked with the release's checksums (l1bench.runplan).
     """
     root, layout = Path(release_dir), DEMO_LAYOUT if release_file.endswith("/demo.json") else RELEASE_LAYOUT
     if not root.is_dir():

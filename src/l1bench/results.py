@@ -248,7 +248,7 @@ def no_worker_needed(
 
     The one decision behind the worker (``run``, ``upstream_status``), l1bench.job
     (the results it writes without starting the worker) and the workflow's GPU guard
-    (l1bench.preflight.decided_without_gpu, called from rules/common.smk).
+    (l1bench.preflight.decided_without_gpu, called from l1bench.hooks).
     """
     if not _fact(has_code):
         return NoWorker.NO_CODE

@@ -1,12 +1,16 @@
 """Which existing results are stale: the one place the workflow decides what reruns.
 
-Read-only and pure (no Snakemake): every answer comes from what a result records (its
+Read-only (no Snakemake): every answer comes from what a result records (its
 ``snippet_sha256``, ``params``, ``settings``, kind/mode/protocol, timing version, and the
 sha256 of the earlier stage's result it was made from) compared with what the config and the
 release (parsed in memory) expect now. A missing result is not stale: Snakemake plans it
-anyway. rules/common.smk turns a stale result into a ``mark_stale`` marker input of its job, so
-the job reruns in the same run, and ``snakemake -n`` shows why (docs/rerun-policy.md).
+anyway. A stale result's job takes a ``mark_stale`` marker as input, so the job reruns in the
+same run, and ``snakemake -n`` shows why (docs/rerun-policy.md).
 
+* :class:`Reruns` — the facade the workflow uses (rules/common.smk, ``RERUNS``): the reason and
+  marker of each stale *subject* (a result, the tables, the task folders), a job's inputs with
+  its marker (:meth:`Reruns.with_marker`), every marker of the run, and whether the tables are
+  made again.
 * :class:`Judge` — ``reason(path)``: why a build/check/time result is stale (None: current);
   ``split_reason``: task folders that differ from the release; ``tables_reason``: why the
   tables are to be made again.
@@ -17,10 +21,15 @@ from __future__ import annotations
 
 import hashlib
 import json
+import shutil
+import sys
 from collections.abc import Iterable, Mapping
+from functools import cached_property
 from pathlib import Path
 
+from l1bench import fetch, freshness, split
 from l1bench import release as rel
+from l1bench.results import UPSTREAM as UPSTREAM_STATUS
 from l1bench.snippet import sha256_text
 from l1bench.timing import TIMING_VERSION
 
@@ -28,7 +37,10 @@ from l1bench.timing import TIMING_VERSION
 BUILD_SPEED_KEYS = ("max_jobs",)
 
 #: The earlier stage of each stage.
-UPSTREAM = {"check": "build", "time": "check"}
+UPSTREAM = {kind: stage for kind, (stage, _) in UPSTREAM_STATUS.items()}
+
+#: Rules whose jobs make results: forcing one makes the results after it stale.
+EVALUATION_RULES = ("build_task", "check_task", "time_task", "scan_references")
 
 
 def sha256_bytes(data: bytes) -> str:
@@ -237,7 +249,7 @@ class Judge:
                 return f"{path} is to be made"
             if self.reason(path):
                 return f"{path} is stale"
-        if self.forced & {"build_task", "check_task", "time_task", "scan_references"}:
+        if self.forced & set(EVALUATION_RULES):
             return "results are forced"
         try:
             recorded = json.loads(Path(record).read_text()).get("sha256")
@@ -258,3 +270,146 @@ class Judge:
             if prov.get("finished"):
                 dates.append(str(prov["finished"])[:10])
         return (", ".join(sorted(gpus)) or None, min(dates, default=None), max(dates, default=None))
+
+
+def forced_rules(settings) -> set[str]:
+    """The rules the user forces (-R RULE; -F: all) in Snakemake's DAG settings (None: no run,
+    as with --lint): their jobs run and the results after them are stale. Rerun triggers other
+    than file dates are named in a note: they can redo results found current here."""
+    if settings is None:
+        return set()
+    others = sorted(t.name.lower() for t in settings.rerun_triggers if t.name != "MTIME")
+    if others:
+        print(f"note: --rerun-triggers {' '.join(others)} can redo results that l1bench finds current "
+              "(the profile uses mtime only: docs/rerun-policy.md)", file=sys.stderr)
+    forced = {str(x) for x in settings.forcerun}
+    return forced | set(EVALUATION_RULES) if settings.forceall else forced
+
+
+class Reruns:
+    """What reruns in one run (``run``: its :class:`l1bench.runplan.RunPlan`), and the
+    ``mark_stale`` marker that reruns it: the facade the workflow uses.
+
+    A *subject* is what a marker stands for: a build/check/time result (its path below the
+    results root without ``.json``, as :meth:`subject` names it), ``tables`` (the tables and the
+    pages made from them) or ``tasks`` (the task folders). ``dag_settings``: a callable giving
+    Snakemake's DAG settings (:func:`forced_rules`), asked once the run's are known."""
+
+    def __init__(self, run, dag_settings=lambda: None):
+        self.run, self.results = run, run.results
+        tasks = None if run.release is None else {t.tid: snippet_hashes(t) for t in run.release}
+        self.judge = Judge(run.results, tasks, run.fingerprint, self.expected, lambda: forced_rules(dag_settings()))
+
+    @property
+    def forced(self) -> set[str]:
+        return self.judge.forced
+
+    def expected(self, kind: str, protocol: str | None, mode: str | None) -> dict:
+        """What a result of this kind is to record: its params and settings."""
+        if kind == "build":
+            return {"params": build_params(self.run.config["build"])}
+        return {"params": dict(self.run.config["paper"]), "settings": self.run.job_settings(kind, protocol)}
+
+    def expected_snippets(self, wildcards) -> dict[str, str] | None:
+        """{snippet: sha256} a job must run (None: the task folder's meta.json says)."""
+        return None if self.judge.tasks is None else self.judge.tasks.get(wildcards.tid)
+
+    # ---------------------------------------------------------------- subjects and markers
+
+    def subject(self, result) -> str:
+        """The subject of a result path."""
+        return str(result)[len(self.results) + 1 : -len(".json")]
+
+    def reason(self, subject: str) -> str | None:
+        """Why ``subject`` is stale in this run, one line; None when it is not (for the tables:
+        unless the user forces them)."""
+        if subject == "tables":
+            return self._tables_reason or ("aggregate_results is forced" if self.tables_forced() else None)
+        if subject == "tasks":
+            return None if self.run.release is None else self.judge.split_reason(f"{self.results}/tasks",
+                                                                                  self.run.release)
+        return self.judge.reason(f"{self.results}/{subject}.json")
+
+    def marker(self, subject: str) -> str:
+        """The marker of ``subject``: named after its reason and the content it was decided on
+        (the result, the tables' record), so that a marker left behind never stands for a later
+        decision."""
+        why = (self.reason(subject) or "").encode()
+        source = {"tables": self.run.tables_record, "tasks": None}.get(subject, f"{self.results}/{subject}.json")
+        key = sha256_bytes(why + b"\0" + (self.judge.sha(source) or "").encode() if source else why)
+        return f"{self.results}/stale/{subject}.{key[:12]}.txt"
+
+    def with_marker(self, inputs: dict, subject: str) -> dict:
+        """A job's ``inputs`` with the marker of ``subject`` when it is stale: the input that
+        reruns the job in this run."""
+        if self.reason(subject):
+            inputs["stale"] = self.marker(subject)
+        return inputs
+
+    def markers(self, wildcards=None) -> list[str]:
+        """Every marker of this run, inputs of the default target: Snakemake looks for a missing
+        input's job only below a job that runs, so the markers are asked for from the top, and
+        each reruns the job that takes it as input (:meth:`with_marker`)."""
+        results = [] if self.run.config["aggregate_only"] else self.run.evaluation_results()
+        subjects = [self.subject(p) for p in results if self.judge.reason(p)]
+        markers = [self.marker(s) for s in subjects + ["tables"] * bool(self.reason("tables"))]
+        if self.reason("tasks"):  # the folders too, so that the split is in the DAG to take its marker
+            markers += [self.marker("tasks"), *self.run.task_paths("meta", tids=self.run.all_tids)]
+        return markers
+
+    def clear_markers(self) -> None:
+        """At the run's end: its markers are spent (the next run decides anew)."""
+        shutil.rmtree(f"{self.results}/stale", ignore_errors=True)
+
+    def job_runs(self, result: str, rule: str) -> bool:
+        """Whether the job of ``result`` runs in this run: stale, missing, or its ``rule`` forced."""
+        return bool(self.judge.reason(result)) or not Path(result).exists() or rule in self.forced
+
+    # ---------------------------------------------------------------- the tables
+
+    def tables_forced(self) -> bool:
+        return "aggregate_results" in self.forced
+
+    def tables_made(self) -> bool:
+        """Whether the tables are made in this run: stale, forced, or a table missing."""
+        outputs = [*self.run.report_outputs(slices=False), self.run.tables_record]
+        return bool(self.reason("tables")) or any(not Path(p).exists() for p in outputs)
+
+    @cached_property
+    def _tables_reason(self) -> str | None:
+        """Judge.tables_reason of this run (asked once)."""
+        lists = self.run.aggregate_inputs()
+        return self.judge.tables_reason(
+            [*self.run.report_outputs(slices=False), self.run.tables_record],
+            # a table rebuild (aggregate_only) remakes no result: only their digest counts
+            [] if self.run.config["aggregate_only"] else lists["check"] + lists["time"],
+            self.run.tables_record,
+            self._tables_digest,
+        )
+
+    def _tables_digest(self) -> str | None:
+        """The digest the tables' record would hold if made now (None: not known before the run)."""
+        contents = []
+        for name, paths in self.run.aggregate_inputs().items():
+            for path in paths:
+                data = self._meta_text(path) if name == "meta" else Path(path).read_bytes()
+                if data is None:
+                    return None
+                contents.append((path, data))
+        return freshness.digest_contents(self.results, contents, self.run.table_params())
+
+    @cached_property
+    def _release_by_tid(self) -> dict[str, rel.Task]:
+        return {t.tid: t for t in self.run.release}
+
+    @cached_property
+    def _release_record(self) -> dict:
+        """The release as the split records it in each meta.json."""
+        return {"path": self.run.release_path, "sha256": fetch.sha256_file(self.run.release_inputs()["release"])}
+
+    def _meta_text(self, path) -> bytes | None:
+        """A task's meta.json as the split writes it (from the release in memory), else as on disk."""
+        if self.run.release is None:
+            return Path(path).read_bytes() if Path(path).exists() else None
+        task = self._release_by_tid[Path(path).parent.name]
+        return split.meta_text(task, self.run.device, self._release_record).encode()

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from l1bench import gpus
 
-# Re-exported for rules/common.smk, which calls gpulock.keep_workflow_off_timing_cpus and
+# Re-exported for l1bench.hooks, which calls gpulock.keep_workflow_off_timing_cpus and
 # gpulock.visible_gpu_count (defined in timingcpus and gpus); nothing else is re-exported.
 from l1bench.gpus import visible_gpu_count as visible_gpu_count
 from l1bench.timing import timingcpus
