@@ -28,6 +28,7 @@ rule build_task:
         snippets=RERUNS.expected_snippets,
         ext_dir=PLAN.ext_dir,
         timeout=PLAN.timeout("build"),
+        max_attempts=config["max_attempts"],
     script:
         "../scripts/run_task.py"
 
@@ -54,6 +55,7 @@ rule check_task:
         snippets=RERUNS.expected_snippets,
         ext_dir=PLAN.ext_dir,
         timeout=PLAN.timeout("check"),
+        max_attempts=config["max_attempts"],
         section_timeout=PLAN.timeout("gpu_section"),
     script:
         "../scripts/run_task.py"
@@ -83,6 +85,7 @@ rule time_task:
         snippets=RERUNS.expected_snippets,
         ext_dir=PLAN.ext_dir,
         timeout=PLAN.timeout("time"),
+        max_attempts=config["max_attempts"],
         section_timeout=PLAN.timeout("gpu_section"),
     script:
         "../scripts/run_task.py"

@@ -11,10 +11,6 @@ def job_spec(smk) -> JobSpec:
     """The job as its rule gives it: wildcards, input, output, log, params, resources."""
     p, w = smk.params, smk.wildcards
     stage = UPSTREAM.get(p.kind, (None,))[0]  # the earlier stage's result it reads
-    # params max_attempts where the rule passes it (until then, config max_attempts)
-    max_attempts = getattr(p, "max_attempts", None)
-    if max_attempts is None:
-        max_attempts = smk.config["max_attempts"]
     return JobSpec(
         rule=smk.rule,
         kind=p.kind,
@@ -27,7 +23,7 @@ def job_spec(smk) -> JobSpec:
         protocol_params=p.protocol_params,
         ext_dir=p.ext_dir,
         timeout=p.timeout,
-        max_attempts=int(max_attempts),
+        max_attempts=int(p.max_attempts),
         upstream=getattr(smk.input, stage) if stage else None,
         mode=getattr(w, "mode", None),
         protocol=getattr(w, "protocol", None),
