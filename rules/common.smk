@@ -17,6 +17,7 @@ NOT_INSTALLED = (
 try:
     from l1bench import release as rel
     from l1bench import attempts, cliconfig, fetch, hooks, plan, preflight, staleness
+    from l1bench.modes import NAMES as MODES
     from l1bench.results import AGREEMENT
     from l1bench.runplan import RunPlan
 except ModuleNotFoundError as err:
@@ -65,7 +66,7 @@ RERUNS = staleness.Reruns(PLAN, lambda: workflow.dag_settings)
 
 wildcard_constraints:
     tid=r"L\d+_T\d{3}",
-    mode="|".join(rel.MODES),
+    mode="|".join(MODES),
     protocol="paper|strict",
 
 

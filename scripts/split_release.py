@@ -7,6 +7,7 @@ from pathlib import Path
 def main(smk) -> None:
     from l1bench import fetch, release, split
     from l1bench.log import setup_logging
+    from l1bench.plan import BASELINE_PATHS
 
     setup_logging(smk.log[0])
     inputs = dict(smk.input.items())
@@ -15,9 +16,7 @@ def main(smk) -> None:
         if sha.get(key):
             fetch.verify_local(path, sha[key])
     release.check_device(smk.params.device)
-    tasks = release.load_release(
-        inputs["release"], {k: inputs.get(k) for k in ("cuda_graph", "cudnn") if k in inputs}
-    )
+    tasks = release.load_release(inputs["release"], {k: p for k, p in inputs.items() if k in BASELINE_PATHS})
     expected = {Path(p).parent.name for p in smk.output.meta}
     found = {t.tid for t in tasks}
     if found != expected:

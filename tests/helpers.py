@@ -16,7 +16,6 @@ SNAKEMAKE = [sys.executable, "-m", "snakemake"]
 #: no GPU, whatever the machine has
 CPU_ONLY = dict(os.environ, CUDA_VISIBLE_DEVICES="")
 WORKFLOW = ("Snakefile", "rules", "scripts", "config", "profiles", "envs")
-MODES = ("default", "torch_compile", "torch_compile_reduce_overhead", "cuda_graph", "cudnn")
 
 
 def script_module(name):

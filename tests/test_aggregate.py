@@ -11,7 +11,8 @@ import pytest
 from l1bench import aggregate as agg
 from l1bench.aggregate.conventions import COLUMNS
 from l1bench.io import atomic_path, atomic_write_json, atomic_write_text
-from l1bench.release import MODES, load_release
+from l1bench.modes import NAMES as MODES
+from l1bench.release import load_release
 
 ROOT = Path(__file__).resolve().parents[1]
 

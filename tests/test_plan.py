@@ -8,13 +8,13 @@ from pathlib import Path
 import pytest
 import yaml
 
-from l1bench import fetch, plan
+from l1bench import fetch, modes, plan
 from l1bench import release as rel
 from l1bench.results import builds_extensions, no_worker_needed
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG = yaml.safe_load((ROOT / "config/config.yaml").read_text())
-ALL_MODES = list(rel.MODES)
+ALL_MODES = list(modes.NAMES)
 TIDS = ["L1_T001", "L2_T003"]
 
 
@@ -326,7 +326,7 @@ def test_time_job_priorities_compile_slots_and_strict_params():
     assert check_priority == plan.check_priority() == plan.CHECK_PRIORITY == 9
     for mode in ALL_MODES:
         # a strict step the task worker serves follows its paper steps (below)
-        assert plan.time_priority("strict", mode) == (10 if mode in plan.TASK_WORKER_MODES else 5)
+        assert plan.time_priority("strict", mode) == (10 if modes.BY_NAME[mode].task_worker else 5)
         assert plan.time_priority("paper", mode) > check_priority
     assert plan.time_priority("paper", "torch_compile") == 12
     assert plan.time_priority("paper", "torch_compile_reduce_overhead") == 12
@@ -364,7 +364,7 @@ def test_level_3_checks_and_compile_jobs_go_first():
     job but builds: their code generation is the run's longest (the slice's tail)."""
     l3, l2 = "L3_T015", "L2_T012"
     others = [plan.time_priority(p, m, t) for p in ("paper", "strict") for m in ALL_MODES for t in (l2, l3)]
-    compile_l3 = [plan.time_priority("paper", m, l3) for m in ALL_MODES if m.startswith("torch_compile")]
+    compile_l3 = [plan.time_priority("paper", m, l3) for m in ALL_MODES if modes.compiles(m)]
     assert plan.check_priority(l3) > max(o for o in others if o not in compile_l3)
     assert min(compile_l3) > plan.check_priority(l3) > plan.time_priority("paper", "torch_compile", l2)
     assert plan.time_priority("paper", "default", l3) == plan.time_priority("paper", "default", l2) == 10

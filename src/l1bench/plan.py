@@ -27,25 +27,20 @@ from pathlib import Path
 
 from l1bench import fetch
 from l1bench import release as rel
+from l1bench.modes import BY_NAME, MODES, NAMES, compiles
 from l1bench.results import builds_extensions
 
 #: The embedded CPU release of ``device: demo``.
 DEMO_RELEASE = "config/demo"
 
-#: The release's baseline files, relative to the release folder.
-BASELINE_PATHS = {
-    "cuda_graph": "more_baselines/cuda_graph.json",
-    "cudnn": "more_baselines/cudnn.json",
-}
+#: The release's baseline files, relative to the release folder: one per mode with a baseline
+#: snippet (l1bench.modes), named after the mode.
+BASELINE_PATHS = {m.name: f"more_baselines/{m.name}.json" for m in MODES if m.baseline}
 
 #: The results' protocols (the time results' first folder level).
 ALL_PROTOCOLS = ("paper", "strict")
 
 _RESULT_NAME = re.compile(r"L\d+_T\d{3}\.json")
-
-#: The time modes a task worker serves (:mod:`l1bench.timing.taskworker`): the eager ones. The
-#: torch.compile modes keep a process per job: dynamo's and inductor's caches would carry over.
-TASK_WORKER_MODES = ("default", "cuda_graph", "cudnn")
 
 
 class PlanError(ValueError):
@@ -56,9 +51,9 @@ class PlanError(ValueError):
 
 
 def serves_task_worker(kind: str, mode: str | None) -> bool:
-    """Whether a job runs in its task's worker: the check and the time jobs of
-    :data:`TASK_WORKER_MODES`; never a build."""
-    return kind == "check" or (kind == "time" and mode in TASK_WORKER_MODES)
+    """Whether a job runs in its task's worker: the check and the time jobs of the modes it
+    serves (:attr:`l1bench.modes.Mode.task_worker`); never a build."""
+    return kind == "check" or (kind == "time" and mode in BY_NAME and BY_NAME[mode].task_worker)
 
 
 # --------------------------------------------------------------------------- the selection
@@ -70,9 +65,9 @@ def protocols(protocol: str) -> list[str]:
 
 
 def modes(selected: Iterable[str]) -> list[str]:
-    """The selected modes, in the release's order (rel.MODES)."""
+    """The selected modes, in the modes' order (l1bench.modes)."""
     selected = set(selected)
-    return [m for m in rel.MODES if m in selected]
+    return [m for m in NAMES if m in selected]
 
 
 def strict_modes(run_modes: Sequence[str], strict_selection: Iterable[str] | None) -> list[str]:
@@ -249,7 +244,7 @@ def results_on_disk(res: str, kind: str, known_tids: Iterable[str]) -> list[str]
         found = (
             p
             for p in Path(res).glob("time/*/*/*.json")
-            if p.parent.parent.name in ALL_PROTOCOLS and p.parent.name in rel.MODES
+            if p.parent.parent.name in ALL_PROTOCOLS and p.parent.name in NAMES
         )
     return sorted(str(p) for p in found if _RESULT_NAME.fullmatch(p.name) and p.stem in known)
 
@@ -384,8 +379,8 @@ def check_priority(tid: str | None = None, run_modes: Iterable[str] | None = Non
     started at 453 s and were the run's last). Without a compile mode there is nothing to start
     early, and the boost only put every level-3 check before every time job (a one-job-at-a-time
     run of 53 tasks in default mode spent its 207 s on the 13 level-3 checks, 2026-12-05, H100)."""
-    compiles = run_modes is None or any(m.startswith("torch_compile") for m in run_modes)
-    return 13 if compiles and _long_compile(tid) else CHECK_PRIORITY
+    compiling = run_modes is None or any(compiles(m) for m in run_modes)
+    return 13 if compiling and _long_compile(tid) else CHECK_PRIORITY
 
 
 def time_priority(protocol: str, mode: str, tid: str | None = None) -> int:
@@ -401,7 +396,7 @@ def time_priority(protocol: str, mode: str, tid: str | None = None) -> int:
     workers)."""
     if protocol == "strict" and not serves_task_worker("time", mode):
         return 5
-    if mode.startswith("torch_compile"):
+    if compiles(mode):
         return 14 if _long_compile(tid) else 12
     return 10
 
@@ -442,7 +437,7 @@ def compile_slots(mode: str) -> int:
     """1 for a torch.compile-mode time job, else 0: the profile's ``compile`` resource caps
     how many run their CPU-bound code generation at once, so the remaining job slots keep
     eager-mode jobs (which mostly wait for the GPU lock) feeding the GPU."""
-    return 1 if mode.startswith("torch_compile") else 0
+    return 1 if compiles(mode) else 0
 
 
 #: Strict-protocol settings that are parameters only when set (above 0): results made before

@@ -12,26 +12,7 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
-#: Evaluation modes, in the paper's column order.
-MODES = (
-    "default",
-    "torch_compile",
-    "torch_compile_reduce_overhead",
-    "cuda_graph",
-    "cudnn",
-)
-
-#: Release field holding the published score of each mode.
-SCORE_FIELDS = {
-    "default": "score_default",
-    "torch_compile": "score_torch_compile_default",
-    "torch_compile_reduce_overhead": "score_torch_compile_reduce_overhead",
-    "cuda_graph": "score_cuda_graph",
-    "cudnn": "score_cudnn",
-}
-
-#: Modes whose baseline is a separate snippet rather than the reference.
-BASELINE_SNIPPET = {"cuda_graph": "cuda_graph_code", "cudnn": "cudnn_code"}
+from l1bench.modes import MODES
 
 #: GPUs with an upstream release file, and the embedded CPU demo.
 GPU_DEVICES = ("h100", "a100", "h20", "l40", "3090")
@@ -40,13 +21,9 @@ DEVICES = GPU_DEVICES + ("demo",)
 #: KernelBench task counts per level (levels 1/2/3 = 100/100/50).
 KERNELBENCH_LEVELS = {1: 100, 2: 100, 3: 50}
 
-#: Snippet file names inside a task folder.
-SNIPPET_FILES = {
-    "ref": "ref.py",
-    "custom": "custom.py",
-    "cuda_graph": "cuda_graph.py",
-    "cudnn": "cudnn.py",
-}
+#: Snippet file names inside a task folder: the reference, the custom code and each mode's own
+#: baseline (l1bench.modes), named after the mode.
+SNIPPET_FILES = {"ref": "ref.py", "custom": "custom.py"} | {m.name: f"{m.name}.py" for m in MODES if m.baseline}
 
 
 class ReleaseError(ValueError):
@@ -70,8 +47,7 @@ class Task:
     task: int
     ref_code: str
     custom_code: str | None
-    cuda_graph_code: str | None = None
-    cudnn_code: str | None = None
+    baselines: dict = field(default_factory=dict)  # mode -> its baseline snippet's code (Mode.baseline)
     published: dict = field(default_factory=dict)  # mode -> float | None
     #: how the release marked missing custom code: None (code present), "null", "None" or "empty"
     custom_missing: str | None = None
@@ -87,11 +63,7 @@ class Task:
     def snippets(self) -> dict[str, str]:
         """Snippet name -> source, for the snippets present."""
         out = {"ref": self.ref_code}
-        for name, src in (
-            ("custom", self.custom_code),
-            ("cuda_graph", self.cuda_graph_code),
-            ("cudnn", self.cudnn_code),
-        ):
+        for name, src in [("custom", self.custom_code)] + [(m.name, self.baselines.get(m.name)) for m in MODES]:
             if src is not None:
                 out[name] = src
         return out
@@ -195,9 +167,9 @@ def parse_flat(path) -> list[Task]:
             task=_int_field(obj, "task_id", path, no),
             ref_code=_code_field(obj, "ref_code", path, no),
             custom_code=_code_field(obj, "custom_code", path, no),
-            cuda_graph_code=_code_field(obj, "cuda_graph_code", path, no, required=False),
-            cudnn_code=_code_field(obj, "cudnn_code", path, no, required=False),
-            published={m: _score_field(obj, f, path, no) for m, f in SCORE_FIELDS.items()},
+            baselines={m.name: code for m in MODES if m.baseline
+                       and (code := _code_field(obj, m.baseline, path, no, required=False)) is not None},
+            published={m.name: _score_field(obj, m.score_field, path, no) for m in MODES},
             custom_missing=missing_kind(obj.get("custom_code")),
         )
         if t.ref_code is None:
@@ -211,7 +183,7 @@ def parse_flat(path) -> list[Task]:
 
 
 def parse_baselines(path) -> dict[tuple[int, int], str]:
-    """Parse ``more_baselines/{cuda_graph,cudnn}.json``: JSONL of {level_id, task_id, code}."""
+    """Parse a baseline file (``more_baselines/<mode>.json``): JSONL of {level_id, task_id, code}."""
     path = Path(path)
     out: dict = {}
     for no, obj in _jsonl_objects(path, _read_text(path)):
@@ -225,17 +197,16 @@ def parse_baselines(path) -> dict[tuple[int, int], str]:
 
 
 def load_release(path, baselines: dict | None = None) -> list[Task]:
-    """Parse a release file; fill missing baseline code from ``baselines`` (``"cuda_graph"``/
-    ``"cudnn"`` -> a more_baselines file path, or None)."""
+    """Parse a release file; fill missing baseline code from ``baselines`` (a mode with a
+    baseline snippet -> its more_baselines file path, or None)."""
     tasks = parse_flat(path)
     for mode, bpath in (baselines or {}).items():
         if bpath is None:
             continue
-        attr = BASELINE_SNIPPET[mode]
         codes = parse_baselines(bpath)
         for t in tasks:
-            if getattr(t, attr) is None and (t.level, t.task) in codes:
-                setattr(t, attr, codes[(t.level, t.task)])
+            if t.baselines.get(mode) is None and (t.level, t.task) in codes:
+                t.baselines[mode] = codes[(t.level, t.task)]
     return tasks
 
 

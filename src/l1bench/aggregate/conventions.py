@@ -7,32 +7,16 @@ First layer of :mod:`l1bench.aggregate`; imports nothing from the other submodul
 from __future__ import annotations
 
 from .. import results
-from ..release import MODES
+from ..modes import MODES, NAMES
 from ..results import Status
 
-#: Per mode: do tasks without a score count as 1.0x in the statistics?
-#: The CUDA-L1 README does so for default, torch_compile and
-#: torch_compile_reduce_overhead (a task that failed falls back to the reference:
-#: speedup 1.0, mean/percentiles/geomean over all tasks), but averages only the
-#: scored tasks for cuda_graph (its Speedup column reads e.g. "147/229"). The
-#: README has no cudnn row; we choose the cuda_graph convention for cudnn because
-#: it, too, compares against a separate baseline snippet that may be absent.
-MISSING_AS_ONE = {
-    "default": True,
-    "torch_compile": True,
-    "torch_compile_reduce_overhead": True,
-    "cuda_graph": False,
-    "cudnn": False,
-}
-
-#: Display names, as in the CUDA-L1 README.
-MODE_LABELS = {
-    "default": "Default",
-    "torch_compile": "Torch Compile",
-    "torch_compile_reduce_overhead": "Torch Compile RO",
-    "cuda_graph": "CUDA Graph",
-    "cudnn": "cuDNN",
-}
+#: Per mode: do tasks without a score count as 1.0x in the statistics
+#: (:attr:`l1bench.modes.Mode.missing_as_one`, the CUDA-L1 README's convention)?
+MISSING_AS_ONE = {m.name: m.missing_as_one for m in MODES}
+#: Display names, as in the CUDA-L1 README (:attr:`l1bench.modes.Mode.label`).
+MODE_LABELS = {m.name: m.label for m in MODES}
+#: Where each mode's missing-score convention comes from (:attr:`l1bench.modes.Mode.convention`).
+CONVENTION_SOURCES = {m.name: m.convention for m in MODES}
 
 #: Known timing protocols, in display order (others sort after, alphabetically).
 PROTOCOLS = ("paper", "strict")
@@ -109,7 +93,7 @@ def _protocol_key(p) -> tuple:
 
 
 def _mode_key(m) -> tuple:
-    return (MODES.index(m), "") if m in MODES else (len(MODES), str(m))
+    return (NAMES.index(m), "") if m in NAMES else (len(NAMES), str(m))
 
 
 def status_class(status) -> str:

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from ..release import MODES, parse_task_id
+from ..modes import NAMES
+from ..release import parse_task_id
 from ..results import Flag, Status, timing_version
 from ..timing import hostclock, stalls
 from .conventions import COLUMNS, MISSING, _mode_key, _protocol_key
@@ -63,8 +64,8 @@ def load_results(meta_paths, check_paths, time_paths, modes=None, protocols=None
     the time files (their content, else their path ``time/{protocol}/{mode}/``;
     a listed path that does not exist still declares its combination), or from
     ``modes`` x ``protocols`` when given (time files outside those are ignored);
-    with no time information at all, protocol "paper" x all :data:`MODES`. A task with meta but no time file for a
-    combination gets status ``"missing"``. ``measured`` is the score of an
+    with no time information at all, protocol "paper" x every mode (l1bench.modes). A task
+    with meta but no time file for a combination gets status ``"missing"``. ``measured`` is the score of an
     ``"ok"`` result, else NaN; ``ratio`` is measured / published.
     """
     metas: dict[str, dict] = {}
@@ -103,7 +104,7 @@ def load_results(meta_paths, check_paths, time_paths, modes=None, protocols=None
         combos = {(p, m) for p in ps for m in ms}
 
     if not combos and metas:  # nothing timed at all: every task is missing in every mode
-        combos = {("paper", m) for m in MODES}
+        combos = {("paper", m) for m in NAMES}
 
     tids = set(metas) | {tid for (p, m, tid) in times if (p, m) in combos}
     rows = []

@@ -13,6 +13,7 @@ from tabulate import tabulate
 from ..results import AGREEMENT, Flag, Status
 from ..timing import TIMING_VERSION, hostclock, stalls
 from .conventions import (
+    CONVENTION_SOURCES,
     MISSING,
     MISSING_AS_ONE,
     NA,
@@ -38,17 +39,13 @@ from .stats import (
 
 
 def convention_note(mode: str) -> str:
+    source = CONVENTION_SOURCES.get(mode, "CUDA-L1 README")
     if MISSING_AS_ONE.get(mode, False):
         return (
-            "Convention (CUDA-L1 README): tasks without a score count as 1.00 in Mean, "
+            f"Convention ({source}): tasks without a score count as 1.00 in Mean, "
             "percentiles and GeoMean; Speedup is out of all tasks."
         )
-    extra = (
-        " (README convention for CUDA Graph, applied to cuDNN by choice)"
-        if mode == "cudnn"
-        else " (CUDA-L1 README)"
-    )
-    return f"Convention{extra}: only tasks with a score are averaged; Speedup is out of the scored tasks."
+    return f"Convention ({source}): only tasks with a score are averaged; Speedup is out of the scored tasks."
 
 
 def _coverage_note(df, mode, protocol) -> str:

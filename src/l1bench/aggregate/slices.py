@@ -22,9 +22,8 @@ from l1bench.aggregate.markdown import fmt as _fmt
 from l1bench.aggregate.markdown import md_table
 from l1bench.aggregate.stats import ratio_stats
 from l1bench.io import atomic_write_text
+from l1bench.modes import NAMES
 from l1bench.results import AGREEMENT, Status
-
-MODES = list(rel.MODES)
 
 
 def tid_of(task: str) -> str:
@@ -98,11 +97,11 @@ def slice_rows(df: pd.DataFrame, tids: list[str]) -> list[list[str]]:
     for tid in tids:
         any_row = next((by_key[k] for k in by_key if k[0] == tid), None)
         if any_row is None:
-            rows.append([tid, "missing"] + ["missing"] * (len(MODES) + 1) + [""])
+            rows.append([tid, "missing"] + ["missing"] * (len(NAMES) + 1) + [""])
             continue
         check = any_row.get("check_status")
         check = any_row.get("code_status") if not isinstance(check, str) else check
-        cells = [_cell(by_key.get((tid, "paper", m))) for m in MODES]
+        cells = [_cell(by_key.get((tid, "paper", m))) for m in NAMES]
         strict = by_key.get((tid, "strict", "default"))
         flags: list[str] = []
         for k, r in by_key.items():
@@ -133,7 +132,7 @@ def slice_report(df: pd.DataFrame, tids: list[str], tol: float = AGREEMENT, titl
         rows.append([r.protocol, label, counts, f"{r.within}/{r.compared}", share, _fmt(r.median_ratio)])
     lines.append(md_table(rows, ["Protocol", "Mode", "Statuses", "Within tol.", "Share", "Median measured/published"]))
     lines += ["", "## Per task", ""]
-    headers = ["Task", "Check", *(MODE_LABELS[m] for m in MODES), "Strict default", "Flags"]
+    headers = ["Task", "Check", *(MODE_LABELS[m] for m in NAMES), "Strict default", "Flags"]
     lines.append(md_table(slice_rows(sel, tids), headers))
     if missing:
         lines += ["", f"No result at all for: {', '.join(missing)}."]

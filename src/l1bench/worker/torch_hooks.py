@@ -13,11 +13,12 @@ import time
 from pathlib import Path
 
 from l1bench.io import atomic_write_text
+from l1bench.modes import MODES
 from l1bench.results import Flag, Status
 from l1bench.snippet import short
 from l1bench.timing import gpulock
 
-COMPILE_MODES = {"torch_compile": "default", "torch_compile_reduce_overhead": "reduce-overhead"}
+COMPILE_MODES = {m.name: m.compile for m in MODES if m.compile}
 
 _BACKENDS: dict = {}
 #: Graphs compiled by this process's compile backend (1 per graph; more means recompilation).
