@@ -117,7 +117,7 @@ def _timing_plan_kept():
     """Each test leaves the process's timing-CPU plan (``timingcpus._TIMING_PLAN``, set by
     ``reserve_timing_cpus``) as it found it: a plan left by a test of a fake 16-CPU machine made
     the next tests pin their sections to a CPU this machine does not have."""
-    from l1bench.timing import timingcpus
+    from l1bench.gpu import timingcpus
 
     plan = list(timingcpus._TIMING_PLAN)
     yield

@@ -3,7 +3,7 @@ config/*.yaml and profiles/*/config.yaml.
 
 A path is a link target, or a token that starts with one of the repository's top-level entries
 (``src/…``, ``scripts/…``, ``config/…``), with an entry of the naming file's folder
-(``evidence/…`` in lab/README.md) or with a folder of the package (``timing/gpulock.py`` in
+(``evidence/…`` in lab/README.md) or with a folder of the package (``gpu/gpulock.py`` in
 docs/architecture.md); it is looked for in the repository, the naming file's folder and
 ``src/l1bench``. A link target is looked for only where it points (the naming file's folder).
 
@@ -130,7 +130,7 @@ def test_the_check_finds_a_path_that_is_gone():
     section, a template, a run's tree and what git ignores."""
     text = (
         "# each holds a lock (src/l1bench/gpulock.py) around GPU work\n"
-        "See [the page](evidence/nowhere.md) and `src/l1bench/timing/gpulock.py`.\n"
+        "See [the page](evidence/nowhere.md) and `src/l1bench/gpu/gpulock.py`.\n"
         "Results in `results/<device>/tasks/`, `results/mine/h100/`, logs in `logs/demo/x.log`.\n"
         "## History: what moved\n\n`config/reports.yaml` was deleted.\n\n## Running\n\n`scripts/gone.py`\n"
     )

@@ -8,8 +8,9 @@ import time
 
 import pytest
 
-from l1bench import gpus, snippet
-from l1bench.timing import gpulock, harness, hostclock, sections, timingcpus
+from l1bench import snippet
+from l1bench.gpu import gpulock, gpus, sections, timingcpus
+from l1bench.timing import harness, hostclock
 from l1bench.worker import entry, torch_hooks
 
 

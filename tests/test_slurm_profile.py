@@ -107,7 +107,7 @@ def test_profile_defaults_and_overrides(monkeypatch):
 def test_default_cpus_per_gpu_leave_a_timing_cpu(monkeypatch):
     """A GPU job's CPUs are enough for the worker to reserve one for the timing thread
     (timingcpus.core_plan: fewer than four CPUs reserve none)."""
-    from l1bench.timing import timingcpus
+    from l1bench.gpu import timingcpus
 
     res = job_of(render(monkeypatch, L1_SLURM_GPU_PARTITION="gpu"), "time_task").resources
     timing, rest = timingcpus.core_plan(set(range(res["cpus_per_gpu"])), res["gpu"], siblings=lambda c: {c})

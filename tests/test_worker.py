@@ -160,7 +160,7 @@ def test_crash_and_timeout_fail_the_job(tasks, tmp_path):
 def test_lock_wait_is_not_counted(tmp_path):
     import time
 
-    from l1bench.timing.gpulock import device_lock, waited_seconds
+    from l1bench.gpu.gpulock import device_lock, waited_seconds
 
     status = tmp_path / "s.json"
     stats = {}
@@ -308,7 +308,7 @@ def test_custom_builder_keeps_gpu_init_inside_the_lock(monkeypatch):
 
 
 def test_core_plan_reserves_one_timing_cpu_per_device():
-    from l1bench.timing.timingcpus import core_plan
+    from l1bench.gpu.timingcpus import core_plan
 
     alone = lambda cpu: {cpu}  # noqa: E731 - no SMT
     timing, rest = core_plan(range(16), 1, siblings=alone)
@@ -333,7 +333,7 @@ class FakeAffinity:
     def __init__(self, monkeypatch, cpus=range(16), tids=(101, 102)):
         import os
 
-        from l1bench.timing import timingcpus
+        from l1bench.gpu import timingcpus
 
         monkeypatch.setattr(timingcpus, "thread_siblings", lambda cpu: {cpu})  # no SMT
         self.masks = {0: set(cpus)} | {t: set(cpus) for t in tids}
@@ -346,7 +346,7 @@ class FakeAffinity:
 
 
 def test_the_workflow_keeps_every_process_off_the_timing_cpu(monkeypatch):
-    from l1bench.timing import timingcpus
+    from l1bench.gpu import timingcpus
 
     monkeypatch.delenv(timingcpus.RESERVED_ENV, raising=False)
     monkeypatch.delenv(timingcpus.TIMING_CPU_ENV, raising=False)
@@ -370,7 +370,7 @@ def test_the_workflow_keeps_every_process_off_the_timing_cpu(monkeypatch):
 
 
 def test_no_timing_cpu_on_a_small_machine_or_without_gpus(monkeypatch):
-    from l1bench.timing import timingcpus
+    from l1bench.gpu import timingcpus
 
     monkeypatch.delenv(timingcpus.RESERVED_ENV, raising=False)
     aff = FakeAffinity(monkeypatch, cpus=range(2))
@@ -383,7 +383,7 @@ def test_no_timing_cpu_on_a_small_machine_or_without_gpus(monkeypatch):
 def test_visible_gpu_count_without_starting_cuda(monkeypatch):
     import shutil
 
-    from l1bench import gpus
+    from l1bench.gpu import gpus
 
     for visible, n in (("0,1", 2), ("", 0), ("-1", 0), ("GPU-3f2a", 1)):
         monkeypatch.setenv("CUDA_VISIBLE_DEVICES", visible)
@@ -396,7 +396,7 @@ def test_visible_gpu_count_without_starting_cuda(monkeypatch):
 def test_lock_holder_runs_on_the_timing_cpu(tmp_path, monkeypatch):
     import os
 
-    from l1bench.timing import gpulock, timingcpus
+    from l1bench.gpu import gpulock, timingcpus
 
     if not hasattr(os, "sched_setaffinity"):
         pytest.skip("no CPU affinity on this platform")
@@ -478,7 +478,7 @@ def test_compile_backend_releases_the_lock_while_generating_code(tmp_path):
     generation lets go of the lock (and the compiled model computes what eager does)."""
     import torch
 
-    from l1bench.timing import gpulock
+    from l1bench.gpu import gpulock
 
     model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU())
     x = torch.randn(4, 8)
@@ -592,7 +592,7 @@ def test_extension_builds_release_the_gpu_lock(monkeypatch):
     """nvcc (or waiting for another process's nvcc) never runs inside the GPU section."""
     from torch.utils import cpp_extension, file_baton
 
-    from l1bench.timing import gpulock
+    from l1bench.gpu import gpulock
 
     events = []
 

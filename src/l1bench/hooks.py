@@ -124,7 +124,7 @@ class RunHooks:
         other nodes), and not for the CPU demo or a table rebuild, which time nothing on a GPU."""
         if not self._gpus_are_local():
             return []
-        from l1bench.timing import gpulock
+        from l1bench.gpu import gpulock
 
         timing = gpulock.keep_workflow_off_timing_cpus(gpulock.visible_gpu_count())
         if timing:

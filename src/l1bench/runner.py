@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 from l1bench import lifeline
-from l1bench.timing.gpulock import STATUS_ENV, held_seconds, waited_seconds
+from l1bench.gpu.gpulock import STATUS_ENV, held_seconds, waited_seconds
 from l1bench.worker.outcome import EXIT_INFRA
 
 

@@ -1,7 +1,7 @@
 """The published harness's primitives (CUDA-L1 ``eval/eval_cuda.py`` at the pinned commit): timing
 calls and pairs, the laziness and correctness checks, the warm-ups, and constructing models on
 the CPU with CUDA barred (:class:`CustomBuilder`). Callers run these inside a GPU section
-(:mod:`l1bench.timing.sections`).
+(:mod:`l1bench.gpu.sections`).
 """
 
 from __future__ import annotations

@@ -57,7 +57,7 @@ def asked_to_leave(home) -> bool:
 def idle_token_stem(lock_dir, device: str | None) -> Path:
     """The idle tokens' path of ``device``'s GPU (``None``: every GPU's, as a glob) without the
     token's number: ``<lock_dir>/l1bench-<gpu>.idle``, beside the GPU's lock files."""
-    from l1bench.timing.gpulock import _made_lock_dir, lock_name
+    from l1bench.gpu.gpulock import _made_lock_dir, lock_name
 
     return _made_lock_dir(lock_dir) / f"l1bench-{'*' if device is None else lock_name(device)}.idle"
 
@@ -66,7 +66,7 @@ def idle_tokens_held(lock_dir=None) -> int:
     """How many idle tokens (:class:`IdleTokens`, every GPU's, in ``lock_dir``) a process holds:
     the idle workers bounded by them. Tokens that cannot be opened (another user's) are not
     counted; a free one is held only for the moment of the test."""
-    from l1bench.timing.gpulock import try_flock
+    from l1bench.gpu.gpulock import try_flock
 
     stem = idle_token_stem(lock_dir, None)
     held = 0
@@ -110,7 +110,7 @@ class IdleTokens:
         the default); True when one was free or there is no bound."""
         if not self.bound() or self._fh is not None:
             return True
-        from l1bench.timing.gpulock import try_flock
+        from l1bench.gpu.gpulock import try_flock
 
         stem = idle_token_stem(lock_dir, device or "cpu")
         for k in range(self.n):

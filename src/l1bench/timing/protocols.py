@@ -12,9 +12,11 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from l1bench.gpu import gpulock
+from l1bench.gpu.sections import phase
 from l1bench.results import Status
 from l1bench.snippet import InfraError, make_inputs
-from l1bench.timing import gpulock, hostclock
+from l1bench.timing import hostclock
 from l1bench.timing.harness import (
     BASELINE_MODES,
     CustomBuilder,
@@ -28,7 +30,6 @@ from l1bench.timing.harness import (
     timed_pairs,
     warm_up,
 )
-from l1bench.timing.sections import phase
 from l1bench.worker.outcome import guarded, result
 from l1bench.worker.torch_hooks import _COMPILED_GRAPHS, COMPILE_MODES
 

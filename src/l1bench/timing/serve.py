@@ -28,11 +28,11 @@ import threading
 import time
 import traceback
 
-from l1bench import gpus, lifeline
+from l1bench import lifeline
+from l1bench.gpu import gpus, timingcpus
+from l1bench.gpu.gpulock import STATUS_ENV
 from l1bench.io import atomic_write_text
 from l1bench.snippet import InfraError
-from l1bench.timing import timingcpus
-from l1bench.timing.gpulock import STATUS_ENV
 from l1bench.timing.idle import IdleTokens, asked_to_leave
 from l1bench.timing.taskstate import MAX_STEPS, TaskWorker, empty_device_cache, step_label
 from l1bench.worker.outcome import EXIT_INFRA

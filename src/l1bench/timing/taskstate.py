@@ -110,7 +110,7 @@ def process_modes() -> dict:
     return modes
 
 
-#: Variables the worker itself sets for a step (l1bench.worker.entry, timing.sections.claim_gpu).
+#: Variables the worker itself sets for a step (l1bench.worker.entry, gpu.sections.claim_gpu).
 OWN_ENV = ("TORCH_EXTENSIONS_DIR", "CUDA_VISIBLE_DEVICES")
 #: Prefixes of variables torch sets itself when a snippet imports its compiler (importing
 #: torch._dynamo sets TORCHINDUCTOR_CACHE_DIR), and of the workflow's own.
@@ -230,7 +230,7 @@ def empty_device_cache(job: dict) -> None:
     device = job.get("device") or ""
     if not device.startswith("cuda") or not torch.cuda.is_initialized() or not torch.cuda.memory_reserved():
         return
-    from l1bench.timing.sections import exclusive
+    from l1bench.gpu.sections import exclusive
 
     with exclusive(device, dict(job), {}):
         pass  # the section's end synchronises and empties the cache

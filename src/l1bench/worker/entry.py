@@ -14,11 +14,12 @@ import sys
 import time
 from pathlib import Path
 
-from l1bench import gpus, provenance
+from l1bench import provenance
+from l1bench.gpu import gpus, timingcpus
 from l1bench.io import atomic_write_text
 from l1bench.results import NoWorker, Status, builds_extensions, no_worker_needed
 from l1bench.snippet import InfraError, SnippetError, sha256_text
-from l1bench.timing import TIMING_VERSION, timingcpus
+from l1bench.timing import TIMING_VERSION
 from l1bench.worker.outcome import EXIT_INFRA, NO_CODE_REASON, result
 from l1bench.worker.stages import do_build, do_check, do_time
 from l1bench.worker.torch_hooks import (

@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 from l1bench import provenance
+from l1bench.gpu.sections import exclusive, phase
 from l1bench.results import Status
 from l1bench.snippet import (
     SnippetError,
@@ -35,7 +36,6 @@ from l1bench.timing.harness import (
     synchronize,
 )
 from l1bench.timing.protocols import TimingSetup, protocol_for
-from l1bench.timing.sections import exclusive, phase
 from l1bench.worker.outcome import NO_CODE_REASON, guarded, result, upstream_status
 from l1bench.worker.torch_hooks import (
     COMPILE_MODES,

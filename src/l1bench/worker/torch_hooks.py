@@ -12,11 +12,11 @@ import sys
 import time
 from pathlib import Path
 
+from l1bench.gpu import gpulock
 from l1bench.io import atomic_write_text
 from l1bench.modes import MODES
 from l1bench.results import Flag, Status
 from l1bench.snippet import short
-from l1bench.timing import gpulock
 
 COMPILE_MODES = {m.name: m.compile for m in MODES if m.compile}
 

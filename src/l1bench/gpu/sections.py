@@ -13,8 +13,8 @@ import gc
 import os
 import time
 
+from l1bench.gpu import gpulock, timingcpus
 from l1bench.snippet import InfraError, short
-from l1bench.timing import gpulock, timingcpus
 
 
 @contextlib.contextmanager

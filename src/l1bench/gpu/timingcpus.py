@@ -2,7 +2,7 @@
 
 The workflow reserves them (:func:`keep_workflow_off_timing_cpus`) and keeps itself and every
 process it starts on the other CPUs; workers take that plan (:func:`reserve_timing_cpus`), and
-the lock (:mod:`l1bench.timing.gpulock`) moves its holder's thread onto its device's timing CPU for a
+the lock (:mod:`l1bench.gpu.gpulock`) moves its holder's thread onto its device's timing CPU for a
 GPU section (:func:`_pin_to_timing_cpu`) and the threads started there off it again
 (:func:`unpin_threads`). With root, :func:`isolate_system` also moves the rest of the machine off.
 """

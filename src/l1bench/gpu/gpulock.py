@@ -12,13 +12,12 @@ import os
 import time
 from pathlib import Path
 
-from l1bench import gpus
+from l1bench.gpu import gpus, timingcpus
 
 # Re-exported for l1bench.hooks, which calls gpulock.keep_workflow_off_timing_cpus and
 # gpulock.visible_gpu_count (defined in timingcpus and gpus); nothing else is re-exported.
-from l1bench.gpus import visible_gpu_count as visible_gpu_count
-from l1bench.timing import timingcpus
-from l1bench.timing.timingcpus import keep_workflow_off_timing_cpus as keep_workflow_off_timing_cpus
+from l1bench.gpu.gpus import visible_gpu_count as visible_gpu_count
+from l1bench.gpu.timingcpus import keep_workflow_off_timing_cpus as keep_workflow_off_timing_cpus
 
 #: Environment variable naming a file where the lock reports its waiting (read by the runner,
 #: which does not count time spent waiting for another job's GPU section against the timeout).
