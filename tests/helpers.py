@@ -53,7 +53,7 @@ def copy_committed(dest, device="h100", src=None):
 
 def scratch_left(root, before=()) -> list[Path]:
     """The job scripts' scratch folders below ``root`` (``l1bench-<pid>-…``,
-    ``l1bench.runner.scratch_prefix``), not in ``before``, whose process is gone: a job script
+    ``l1bench.pool.runner.scratch_prefix``), not in ``before``, whose process is gone: a job script
     removes its own when it ends, so these were left by one that was killed."""
     from l1bench import lifeline
 
@@ -188,7 +188,7 @@ def missed_hand_offs(res, margin_s: float = 15.0) -> list:
     from datetime import datetime
     from itertools import pairwise
 
-    from l1bench.timing.taskworker import IDLE_S
+    from l1bench.pool.taskworker import IDLE_S
 
     served = {}
     for _, got in step_results(res):

@@ -198,7 +198,7 @@ def record_failure(spec, err, ledger) -> list:
 def test_a_full_disk_in_a_worker_is_named_and_not_counted(tmp_path):
     """A worker that found the disk full (OSError errno 28) failed for the machine, not for its
     task: the ledger names the full disk, and the attempt does not count towards giving up."""
-    from l1bench.runner import JobFailed
+    from l1bench.pool.runner import JobFailed
 
     assert attempts.disk_full(DISK_FULL_LOG) and not attempts.disk_full(WORKER_LOG)
     spec, ledger = failing_job(tmp_path, DISK_FULL_LOG)
@@ -250,7 +250,7 @@ def test_a_full_disk_in_the_job_process_ends_it_with_one_line(tmp_path):
 def test_a_crash_while_the_disk_is_full_is_not_counted(tmp_path, monkeypatch):
     """A worker that broke without saying why (its output lost, or written elsewhere) while the
     results' disk is full: a full disk, not counted."""
-    from l1bench.runner import JobFailed
+    from l1bench.pool.runner import JobFailed
 
     spec, ledger = failing_job(tmp_path, "$ python3 -m l1bench.worker job.json result.json\nworker exit -9\n")
     crash = JobFailed("L1_T006: worker crashed (signal SIGKILL), see log")

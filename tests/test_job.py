@@ -99,7 +99,7 @@ def test_out_of_memory_beside_other_jobs_is_marked_in_the_ledger(work, monkeypat
     failure with every slot counts. Only this attempt's log lines are read (an earlier
     attempt's out-of-memory line in the appended log does not mark a later crash)."""
     from l1bench import attempts
-    from l1bench.runner import JobFailed
+    from l1bench.pool.runner import JobFailed
 
     spec = job_spec(work, "check", "L1_T005", gpu_slots=1)
     ledger = work / "results/demo/attempts/check/L1_T005.json"
@@ -162,7 +162,7 @@ def test_a_job_that_takes_every_gpu_slot_asks_the_idle_workers_to_leave(work, mo
     request file exists while its worker runs, and is gone after); with one slot, or where the
     run's slots are unknown, no request is made."""
     from l1bench import attempts
-    from l1bench.timing import idle, taskworker
+    from l1bench.pool import idle, taskworker
 
     spec = job_spec(work, "check", "L1_T005")
     alone = work / "results/demo/tmp/task-workers" / idle.ALONE_FILE
@@ -191,7 +191,7 @@ def test_out_of_memory_beside_others_is_retried_with_the_gpu_alone_in_the_same_r
     slots, sends the idle workers away, and passes; the result keeps the uncounted attempt."""
     from helpers import SNAKEMAKE, copy_workflow, run
 
-    from l1bench.timing import idle
+    from l1bench.pool import idle
 
     copy_workflow(tmp_path)
     demo = tmp_path / "config/demo/optimized_cuda_code/demo.json"

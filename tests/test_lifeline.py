@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from l1bench import lifeline
-from l1bench.runner import JobFailed, JobStopped, run_worker
+from l1bench.pool.runner import JobFailed, JobStopped, run_worker
 
 PAPER = dict(seed=42, correctness_trials=1, atol=1e-2, rtol=1e-2, warmup=1, outer_trials=1, inner_trials=1,
              early_stop_below=None)
@@ -107,7 +107,7 @@ def test_a_worker_dies_with_its_job_script(tasks, tmp_path):
     job.write_text(json.dumps(hanging_job(tasks, tmp_path)))
     script = (
         "import json, sys;"
-        "from l1bench.runner import run_worker;"
+        "from l1bench.pool.runner import run_worker;"
         "run_worker(json.load(open(sys.argv[1])), 600, sys.argv[2])"
     )
     log = tmp_path / "job.log"
@@ -135,7 +135,7 @@ def test_a_scratch_folder_left_by_a_killed_job_script_is_found(tmp_path):
     process is gone; not one in use, nor a lock file."""
     from helpers import scratch_left
 
-    from l1bench.runner import scratch_prefix
+    from l1bench.pool.runner import scratch_prefix
 
     gone = subprocess.Popen([sys.executable, "-c", "pass"])
     gone.wait()

@@ -18,9 +18,10 @@ import test_worker
 from helpers import wait_for
 
 from l1bench import lifeline, plan
-from l1bench.runner import JobFailed
-from l1bench.timing import TIMING_VERSION, idle, taskstate
-from l1bench.timing.taskworker import gpu_alone, run_in_task_worker, worker_name
+from l1bench.pool import idle, taskstate
+from l1bench.pool.runner import JobFailed
+from l1bench.pool.taskworker import gpu_alone, run_in_task_worker, worker_name
+from l1bench.timing import TIMING_VERSION
 
 ROOT = Path(__file__).resolve().parents[1]
 # test_worker's protocol parameters, fewer trials: several steps run per test
@@ -88,13 +89,13 @@ def stop(res):
 def test_only_the_checks_and_eager_time_jobs_go_to_the_task_worker(tmp_path, monkeypatch):
     """The job (l1bench.job) sends a check and an eager-mode time job to its task's worker, a
     compile-mode time job and a build to a worker of their own; no params key says which."""
-    import l1bench.runner
-    import l1bench.timing.taskworker
+    import l1bench.pool.runner
+    import l1bench.pool.taskworker
     from l1bench.job import JobSpec, run_in_worker
 
     went = []
-    monkeypatch.setattr(l1bench.timing.taskworker, "run_in_task_worker", lambda job, *a, **k: went.append("task") or {})
-    monkeypatch.setattr(l1bench.runner, "run_worker", lambda job, *a, **k: went.append("own") or {})
+    monkeypatch.setattr(l1bench.pool.taskworker, "run_in_task_worker", lambda job, *a, **k: went.append("task") or {})
+    monkeypatch.setattr(l1bench.pool.runner, "run_worker", lambda job, *a, **k: went.append("own") or {})
     for kind, mode, want in (("check", None, "task"), ("time", "cudnn", "task"), ("time", "default", "task"),
                              ("time", "torch_compile", "own"), ("build", None, "own")):
         params = plan.evaluation_params(kind, "sha", {"paper": {}, "build": {"max_jobs": 1, "cuda_arch_list": ""},
@@ -197,7 +198,7 @@ def test_how_a_worker_ended_reaches_a_job_side_that_is_not_its_parent(tmp_path, 
     that did writes ``<pid> <status>`` when it ends, and the job side reads it from there."""
     import subprocess
 
-    from l1bench.timing import taskworker
+    from l1bench.pool import taskworker
 
     path = taskworker.exit_file(tmp_path / "L1_T001.log")
     script = f"import os, signal; print(os.getpid(), flush=True); {code}"
@@ -229,7 +230,7 @@ def test_a_killed_job_script_ends_its_step(tasks, tmp_path):
     spec = tmp_path / "job.json"
     spec.write_text(json.dumps(job(tasks, tmp_path, "L1_T005")))
     code = (
-        "import json, sys, pathlib; from l1bench.timing.taskworker import run_in_task_worker; "
+        "import json, sys, pathlib; from l1bench.pool.taskworker import run_in_task_worker; "
         "p = pathlib.Path(sys.argv[1]); "
         "run_in_task_worker(json.loads(p.read_text()), 300, p.parent / 'L1_T005.log', p.parent / 'tw', idle_s=60)"
     )
@@ -284,7 +285,7 @@ def test_a_worker_refuses_another_users_connection(tasks, tmp_path):
 def test_a_socket_name_held_by_another_user_is_refused(tasks, tmp_path):
     """Another user's process listening on the task's name first would get its steps and could
     answer them: the job refuses it and stops, not counted as an attempt of the task."""
-    from l1bench.runner import JobStopped
+    from l1bench.pool.runner import JobStopped
 
     name = worker_name(tmp_path / "tw", "L1_T001")
     code = (

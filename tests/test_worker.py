@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from l1bench.runner import JobFailed, run_worker
+from l1bench.pool.runner import JobFailed, run_worker
 from l1bench.timing import TIMING_VERSION, harness
 from l1bench.worker import outcome, torch_hooks
 
@@ -446,7 +446,7 @@ def test_holding_the_lock_too_long_is_cut_short(tmp_path):
     import subprocess
     import time
 
-    from l1bench import runner
+    from l1bench.pool import runner
 
     status = tmp_path / "status.json"
     proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
@@ -466,7 +466,7 @@ def test_holding_the_lock_too_long_is_cut_short(tmp_path):
 
 
 def test_a_section_timeout_names_the_device_the_job_ran_on():
-    from l1bench import runner
+    from l1bench.pool import runner
 
     for backend, device in (("cpu", "CPU"), ("cuda", "GPU")):
         err = runner.job_error("L1_T005", runner.SectionTimeout, 90, 10, runner.device_word({"backend": backend}))

@@ -20,15 +20,15 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from l1bench import attempts, runner
+from l1bench import attempts
 from l1bench.io import atomic_write_json
 from l1bench.log import setup_logging
 from l1bench.plan import serves_task_worker
+from l1bench.pool import runner, taskworker
 from l1bench.preflight import DRAINED_MARK
 from l1bench.provenance import now_iso
 from l1bench.release import SNIPPET_FILES
 from l1bench.results import UPSTREAM, NoWorker, Status, builds_extensions, no_worker_needed
-from l1bench.timing import taskworker
 from l1bench.worker.outcome import NO_CODE_REASON, result, upstream_status
 
 #: A file whose existence tells new jobs not to start (lab/device_run.sh creates it shortly
@@ -203,7 +203,7 @@ def gpu_slots(spec: JobSpec) -> tuple:
 def run_in_worker(spec: JobSpec, job: dict) -> dict:
     """The job's result from a worker: its task's worker for a check or an eager-mode time job
     (:func:`l1bench.plan.serves_task_worker`), else a worker of its own; JobFailed/JobStopped as
-    :func:`l1bench.runner.run_worker` raises them."""
+    :func:`l1bench.pool.runner.run_worker` raises them."""
     home = spec.results / "tmp" / "task-workers"
     if attempts.takes_every_slot(*gpu_slots(spec)):
         # a retry after running out of GPU memory beside other jobs: the idle task workers go too

@@ -1,4 +1,6 @@
-"""GPU timing: how a check or time step holds the GPU, times its calls and is served.
+"""How a call is timed: the published harness's primitives, both protocols, the host's clock and
+the stalls it shows. Who holds the GPU is :mod:`l1bench.gpu`'s; which process runs a step,
+:mod:`l1bench.pool`'s.
 
 Every check and time result records the version of this path that made it, ``timing_version``
 (:data:`TIMING_VERSION`; older results: :func:`l1bench.results.timing_version`). Version 9: the

@@ -2,7 +2,7 @@
 
 :func:`result` (fields defined by :class:`l1bench.results.TaskResult`), the negative earlier
 stage carried forward (:func:`upstream_status`), exceptions of snippet code turned into a status
-(:func:`guarded`), and the constants the parent (``runner.py``, ``scripts/run_task.py``) shares.
+(:func:`guarded`), and the constants the parent (``pool/runner.py``, ``scripts/run_task.py``) shares.
 """
 
 from __future__ import annotations

@@ -1,17 +1,17 @@
 """A task worker: one process that serves one task's check and its eager-mode time steps one after
 another, so that CUDA's start and the GPU's first-use work are paid once per task, not once per
-step. Run as ``python -m l1bench.timing.serve NAME IDLE_S [MAX_STEPS [MAX_IDLE [HOME]]]`` by
-:mod:`l1bench.timing.taskworker`, which also kills it when a step runs over its timeout.
+step. Run as ``python -m l1bench.pool.serve NAME IDLE_S [MAX_STEPS [MAX_IDLE [HOME]]]`` by
+:mod:`l1bench.pool.taskworker`, which also kills it when a step runs over its timeout.
 
-A step runs as in a fresh process (:class:`~l1bench.timing.taskstate.TaskWorker`): one task per
+A step runs as in a fresh process (:class:`~l1bench.pool.taskstate.TaskWorker`): one task per
 worker, the torch.compile modes never (they keep a process each); torch's settings are put back
 and the snippets' modules dropped after every step; the worker retires after a step that patched
 torch, left a thread running, changed grad mode or the default device, broke, or after
 ``MAX_STEPS``. Every result records it in ``provenance.task_worker``.
 
 The worker exits when idle for ``IDLE_S``; after a step, when ``MAX_IDLE`` workers already wait
-idle on its GPU (:class:`~l1bench.timing.idle.IdleTokens`); while idle, when a job of its run
-takes the GPU alone (:func:`~l1bench.timing.idle.asked_to_leave`); and it kills its process
+idle on its GPU (:class:`~l1bench.pool.idle.IdleTokens`); while idle, when a job of its run
+takes the GPU alone (:func:`~l1bench.pool.idle.asked_to_leave`); and it kills its process
 group when the workflow is gone or, during a step, when the job script that sent it is gone.
 """
 
@@ -32,9 +32,9 @@ from l1bench import lifeline
 from l1bench.gpu import gpus, timingcpus
 from l1bench.gpu.gpulock import STATUS_ENV
 from l1bench.io import atomic_write_text
+from l1bench.pool.idle import IdleTokens, asked_to_leave
+from l1bench.pool.taskstate import MAX_STEPS, TaskWorker, empty_device_cache, step_label
 from l1bench.snippet import InfraError
-from l1bench.timing.idle import IdleTokens, asked_to_leave
-from l1bench.timing.taskstate import MAX_STEPS, TaskWorker, empty_device_cache, step_label
 from l1bench.worker.outcome import EXIT_INFRA
 
 #: Exit status of a step that raised something other than a snippet's verdict or an

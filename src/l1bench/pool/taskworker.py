@@ -3,7 +3,7 @@
 A check or an eager-mode time job (:func:`l1bench.plan.serves_task_worker`) does not start a
 worker of its own: :func:`run_in_task_worker` takes its task's step lock (one step at a time),
 connects to the task's worker (an abstract Unix socket named after the results folder and the
-task) or starts one, sends the job and waits for the reply as :func:`l1bench.runner.run_worker`
+task) or starts one, sends the job and waits for the reply as :func:`l1bench.pool.runner.run_worker`
 waits for a one-shot worker (lock waits not counted, timeouts kill the worker's process group).
 The outcome is the same: a result dict, :class:`JobFailed` or :class:`JobStopped`; a broken
 worker costs only its step.
@@ -29,7 +29,8 @@ from pathlib import Path
 
 from l1bench import lifeline
 from l1bench.io import atomic_write_text
-from l1bench.runner import (
+from l1bench.pool.idle import ALONE_FILE, AUTO, idle_tokens_held
+from l1bench.pool.runner import (
     JobFailed,
     JobStopped,
     WorkflowGone,
@@ -41,9 +42,8 @@ from l1bench.runner import (
     scratch_prefix,
     worker_env,
 )
-from l1bench.timing.idle import ALONE_FILE, AUTO, idle_tokens_held
-from l1bench.timing.serve import foreign_uid, read_line
-from l1bench.timing.taskstate import MAX_STEPS
+from l1bench.pool.serve import foreign_uid, read_line
+from l1bench.pool.taskstate import MAX_STEPS
 from l1bench.worker.outcome import EXIT_INFRA
 
 #: Seconds a new worker may take to listen (imports torch and the worker's modules).
@@ -100,7 +100,7 @@ _NANNY = 'f=$1; shift; "$@" & p=$!; wait "$p"; s=$?; echo "$p $s" >"$f.tmp" && m
 
 
 def status_text(status: int) -> str:
-    """A shell's exit status as a one-shot worker's crash names it (:func:`l1bench.runner.exit_text`):
+    """A shell's exit status as a one-shot worker's crash names it (:func:`l1bench.pool.runner.exit_text`):
     the shell reports a child ended by signal n as 128 + n."""
     if status > 128 and status - 128 in signal.valid_signals():
         return exit_text(128 - status)
@@ -164,15 +164,15 @@ def start_worker(
     max_steps: int = MAX_STEPS,
 ) -> tuple[socket.socket, int]:
     """Start the task's worker and connect to it: (connection, pid). ``max_idle``: how many
-    workers may wait idle on its GPU at once (:class:`l1bench.timing.idle.IdleTokens`; -1: as
-    many as fit its memory, :func:`l1bench.timing.idle.auto_idle_bound`); ``max_steps``: the
+    workers may wait idle on its GPU at once (:class:`l1bench.pool.idle.IdleTokens`; -1: as
+    many as fit its memory, :func:`l1bench.pool.idle.auto_idle_bound`); ``max_steps``: the
     steps it serves before it retires."""
     scratch = Path(job.get("ext_dir") or tempfile.gettempdir()).resolve()
     scratch.mkdir(parents=True, exist_ok=True)
     server_log.parent.mkdir(parents=True, exist_ok=True)
     # the workers' folder (this log's) last: the idle workers of a run leave when a job of it
     # takes the GPU alone (gpu_alone)
-    cmd = [sys.executable, "-m", "l1bench.timing.serve", name, f"{idle_s:g}", str(int(max_steps)), str(int(max_idle)),
+    cmd = [sys.executable, "-m", "l1bench.pool.serve", name, f"{idle_s:g}", str(int(max_steps)), str(int(max_idle)),
            str(server_log.parent.resolve())]
     device = device_word(job)  # the CPU: no memory bound (IdleTokens.bound)
     bound = f", at most {int(max_idle)} idle on its {device}" if max_idle > 0 else ""
