@@ -35,7 +35,7 @@ from l1bench.worker.outcome import NO_CODE_REASON, result, upstream_status
 #: before its time budget ends, so jobs already running can finish instead of being killed).
 DRAIN_ENV = "L1BENCH_DRAIN_FILE"
 #: The measuring code a result's ``workflow_code`` names, below the package.
-MEASURING_CODE = ("worker/", "timing/", "gpu/", "snippet.py", "detectors/")
+MEASURING_CODE = ("worker/", "timing/", "gpu/", "pool/", "snippet.py", "detectors/")
 
 
 @dataclass(frozen=True)
@@ -70,7 +70,7 @@ def code_fingerprint() -> dict:
     package = Path(__file__).parent
 
     def digest(path: Path) -> str:
-        if path.is_dir():  # a package (worker, timing, gpu, detectors): its modules in name order
+        if path.is_dir():  # a package (worker, timing, gpu, pool, detectors): its modules in name order
             h = hashlib.sha256()
             for module in sorted(path.glob("*.py")):
                 h.update(module.name.encode() + b"\0" + module.read_bytes())
