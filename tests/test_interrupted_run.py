@@ -42,7 +42,7 @@ def worker_running(log: Path) -> bool:
     if not log.exists():
         return False
     last = log.read_text().rsplit("\n$ ", 1)[-1]
-    # a worker of its own (l1bench.worker), or a step its task's worker serves (l1bench.pool.serve)
+    # a worker of its own (l1bench.worker), or a step its task's worker serves (l1bench.pool.server)
     started = re.search(r"l1bench\.worker|l1bench\.timing\.serve|task worker \d+ of", last)
     return bool(started) and not re.search(r"worker exit|FAILED|STOPPED|stopped:|status |step done", last)
 
@@ -119,7 +119,7 @@ def test_kill_9_loses_no_result_leaves_no_process_and_counts_attempts_once(tmp_p
         # the job scripts end; a task worker waits for its task's next step, so it
         # stays while its workflow is only stopped, and ends with it (below)
         assert wait_for(lambda: not [p for p in processes_in(tmp_path) if p[0] != second.pid
-                                     and "l1bench" in p[1] and "l1bench.pool.serve" not in p[1]], 60)
+                                     and "l1bench" in p[1] and "l1bench.pool.server" not in p[1]], 60)
         second.kill()
         second.wait()
         assert wait_for(lambda: not processes_in(tmp_path), 15), f"left running: {processes_in(tmp_path)}"

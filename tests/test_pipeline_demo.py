@@ -121,7 +121,7 @@ def test_task_workers_serve_the_checks_and_eager_steps(demo_run):
     from l1bench.timing import TIMING_VERSION
 
     work, _ = demo_run
-    assert wait_for(lambda: not [p for p in processes_in(work) if "pool.serve" in p[1]], 15)
+    assert wait_for(lambda: not [p for p in processes_in(work) if "pool.server" in p[1]], 15)
     res = work / "results/demo"
     for path in sorted(res.glob("time/paper/*/L1_T00[12].json")) + sorted(res.glob("check/L1_T00[12].json")):
         got = json.loads(path.read_text())

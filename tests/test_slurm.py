@@ -267,6 +267,6 @@ def workers_of(folder):
             env = (d / "environ").read_bytes().decode(errors="replace")
         except OSError:
             continue
-        if ("l1bench.worker" in cmd or "l1bench.pool.serve" in cmd) and str(folder) in env:
+        if ("l1bench.worker" in cmd or "l1bench.pool.server" in cmd) and str(folder) in env:
             found.append((d.name, cmd[:200]))
     return found

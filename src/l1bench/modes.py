@@ -31,7 +31,7 @@ class Mode:
 
     @property
     def task_worker(self) -> bool:
-        """Whether its time jobs are served by their task's worker (l1bench.pool.serve): the
+        """Whether its time jobs are served by their task's worker (l1bench.pool.server): the
         eager modes. A torch.compile mode keeps a process per job: dynamo's and inductor's
         caches would carry over."""
         return self.compile is None

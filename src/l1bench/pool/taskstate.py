@@ -1,4 +1,4 @@
-"""What a task worker (:mod:`l1bench.pool.serve`) keeps between its task's steps, so that a
+"""What a task worker (:mod:`l1bench.pool.server`) keeps between its task's steps, so that a
 step runs as in a fresh process: torch's settings, bindings and process-wide modes as they were
 at the start, the snippets' modules dropped after each step, and when it must retire instead.
 """

@@ -42,7 +42,7 @@ from l1bench.pool.runner import (
     scratch_prefix,
     worker_env,
 )
-from l1bench.pool.serve import foreign_uid, read_line
+from l1bench.pool.server import foreign_uid, read_line
 from l1bench.pool.taskstate import MAX_STEPS
 from l1bench.worker.outcome import EXIT_INFRA
 
@@ -172,7 +172,7 @@ def start_worker(
     server_log.parent.mkdir(parents=True, exist_ok=True)
     # the workers' folder (this log's) last: the idle workers of a run leave when a job of it
     # takes the GPU alone (gpu_alone)
-    cmd = [sys.executable, "-m", "l1bench.pool.serve", name, f"{idle_s:g}", str(int(max_steps)), str(int(max_idle)),
+    cmd = [sys.executable, "-m", "l1bench.pool.server", name, f"{idle_s:g}", str(int(max_steps)), str(int(max_idle)),
            str(server_log.parent.resolve())]
     device = device_word(job)  # the CPU: no memory bound (IdleTokens.bound)
     bound = f", at most {int(max_idle)} idle on its {device}" if max_idle > 0 else ""
