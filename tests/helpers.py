@@ -188,7 +188,7 @@ def missed_hand_offs(res, margin_s: float = 15.0) -> list:
     from datetime import datetime
     from itertools import pairwise
 
-    from l1bench.pool.taskworker import IDLE_S
+    from l1bench.pool.client import IDLE_S
 
     served = {}
     for _, got in step_results(res):

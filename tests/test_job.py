@@ -162,14 +162,14 @@ def test_a_job_that_takes_every_gpu_slot_asks_the_idle_workers_to_leave(work, mo
     request file exists while its worker runs, and is gone after); with one slot, or where the
     run's slots are unknown, no request is made."""
     from l1bench import attempts
-    from l1bench.pool import idle, taskworker
+    from l1bench.pool import client, idle
 
     spec = job_spec(work, "check", "L1_T005")
     alone = work / "results/demo/tmp/task-workers" / idle.ALONE_FILE
     seen = []
-    monkeypatch.setattr(taskworker, "run_in_task_worker",
+    monkeypatch.setattr(client, "run_in_task_worker",
                         lambda *a, **k: seen.append(alone.exists()) or {"status": "pass"})
-    monkeypatch.setattr(taskworker, "ALONE_SETTLE_S", 0.0)
+    monkeypatch.setattr(client, "ALONE_SETTLE_S", 0.0)
     job = job_mod.worker_job(spec)
     for slots, run_slots, want in ((32, "32", True), (1, "32", False), (1, "1", False), (32, None, False)):
         if run_slots is None:

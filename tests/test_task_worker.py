@@ -19,8 +19,8 @@ from helpers import wait_for
 
 from l1bench import lifeline, plan
 from l1bench.pool import idle, taskstate
+from l1bench.pool.client import gpu_alone, run_in_task_worker, worker_name
 from l1bench.pool.runner import JobFailed
-from l1bench.pool.taskworker import gpu_alone, run_in_task_worker, worker_name
 from l1bench.timing import TIMING_VERSION
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -89,12 +89,12 @@ def stop(res):
 def test_only_the_checks_and_eager_time_jobs_go_to_the_task_worker(tmp_path, monkeypatch):
     """The job (l1bench.job) sends a check and an eager-mode time job to its task's worker, a
     compile-mode time job and a build to a worker of their own; no params key says which."""
+    import l1bench.pool.client
     import l1bench.pool.runner
-    import l1bench.pool.taskworker
     from l1bench.job import JobSpec, run_in_worker
 
     went = []
-    monkeypatch.setattr(l1bench.pool.taskworker, "run_in_task_worker", lambda job, *a, **k: went.append("task") or {})
+    monkeypatch.setattr(l1bench.pool.client, "run_in_task_worker", lambda job, *a, **k: went.append("task") or {})
     monkeypatch.setattr(l1bench.pool.runner, "run_worker", lambda job, *a, **k: went.append("own") or {})
     for kind, mode, want in (("check", None, "task"), ("time", "cudnn", "task"), ("time", "default", "task"),
                              ("time", "torch_compile", "own"), ("build", None, "own")):
@@ -198,17 +198,17 @@ def test_how_a_worker_ended_reaches_a_job_side_that_is_not_its_parent(tmp_path, 
     that did writes ``<pid> <status>`` when it ends, and the job side reads it from there."""
     import subprocess
 
-    from l1bench.pool import taskworker
+    from l1bench.pool import client
 
-    path = taskworker.exit_file(tmp_path / "L1_T001.log")
+    path = client.exit_file(tmp_path / "L1_T001.log")
     script = f"import os, signal; print(os.getpid(), flush=True); {code}"
-    proc = subprocess.Popen(["/bin/sh", "-c", taskworker._NANNY, "sh", str(path), sys.executable, "-c", script],
+    proc = subprocess.Popen(["/bin/sh", "-c", client._NANNY, "sh", str(path), sys.executable, "-c", script],
                             stdout=subprocess.PIPE, text=True, start_new_session=True)
     pid = int(proc.stdout.readline())
     proc.wait(timeout=30)
-    assert taskworker.how_it_ended(path, pid) == how
-    assert taskworker.how_it_ended(path, pid + 1, wait_s=0.1) is None  # another worker's end
-    assert taskworker.how_it_ended(tmp_path / "none.exit", pid, wait_s=0.1) is None
+    assert client.how_it_ended(path, pid) == how
+    assert client.how_it_ended(path, pid + 1, wait_s=0.1) is None  # another worker's end
+    assert client.how_it_ended(tmp_path / "none.exit", pid, wait_s=0.1) is None
 
 
 def test_a_timeout_kills_the_worker(tasks, tmp_path):
@@ -230,7 +230,7 @@ def test_a_killed_job_script_ends_its_step(tasks, tmp_path):
     spec = tmp_path / "job.json"
     spec.write_text(json.dumps(job(tasks, tmp_path, "L1_T005")))
     code = (
-        "import json, sys, pathlib; from l1bench.pool.taskworker import run_in_task_worker; "
+        "import json, sys, pathlib; from l1bench.pool.client import run_in_task_worker; "
         "p = pathlib.Path(sys.argv[1]); "
         "run_in_task_worker(json.loads(p.read_text()), 300, p.parent / 'L1_T005.log', p.parent / 'tw', idle_s=60)"
     )

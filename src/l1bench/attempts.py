@@ -85,7 +85,7 @@ def gpu_shared(job_slots, run_slots) -> bool:
 def takes_every_slot(job_slots, run_slots) -> bool:
     """Whether a job took all of several GPU job slots (the retry of an attempt that ran out of
     memory beside other jobs): it asks the run's idle task workers to leave too
-    (:func:`l1bench.pool.taskworker.gpu_alone`)."""
+    (:func:`l1bench.pool.client.gpu_alone`)."""
     slots = _slot_counts(job_slots, run_slots)
     return slots is not None and slots[1] > 1 and slots[0] >= slots[1]
 

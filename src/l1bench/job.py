@@ -24,7 +24,7 @@ from l1bench import attempts
 from l1bench.io import atomic_write_json
 from l1bench.log import setup_logging
 from l1bench.plan import serves_task_worker
-from l1bench.pool import runner, taskworker
+from l1bench.pool import client, runner
 from l1bench.preflight import DRAINED_MARK
 from l1bench.provenance import now_iso
 from l1bench.release import SNIPPET_FILES
@@ -207,7 +207,7 @@ def run_in_worker(spec: JobSpec, job: dict) -> dict:
     home = spec.results / "tmp" / "task-workers"
     if attempts.takes_every_slot(*gpu_slots(spec)):
         # a retry after running out of GPU memory beside other jobs: the idle task workers go too
-        with taskworker.gpu_alone(home, job.get("lock_dir")) as (held, waited):
+        with client.gpu_alone(home, job.get("lock_dir")) as (held, waited):
             logging.info("this job takes every GPU slot: the run's idle task workers were asked to leave "
                          "(waited %.1f s; %d idle workers of other runs remain)", waited, held)
             return _in_a_worker(spec, job, home)
@@ -217,7 +217,7 @@ def run_in_worker(spec: JobSpec, job: dict) -> dict:
 def _in_a_worker(spec: JobSpec, job: dict, home: Path) -> dict:
     env, section_timeout = worker_env(spec), spec.section_timeout
     if serves_task_worker(job["kind"], job.get("mode")):
-        return taskworker.run_in_task_worker(job, spec.timeout, spec.log, home, env, section_timeout=section_timeout)
+        return client.run_in_task_worker(job, spec.timeout, spec.log, home, env, section_timeout=section_timeout)
     return runner.run_worker(job, spec.timeout, spec.log, env, section_timeout=section_timeout)
 
 

@@ -1,7 +1,7 @@
 """Idle task workers and the GPU's memory. An idle task worker holds its CUDA context, GPU memory
 no step uses: at most so many wait idle per GPU (:class:`IdleTokens`), and a job that takes its
 run's every GPU slot asks its run's idle workers to leave (:data:`ALONE_FILE`,
-:func:`asked_to_leave`; :func:`l1bench.pool.taskworker.gpu_alone` asks and waits).
+:func:`asked_to_leave`; :func:`l1bench.pool.client.gpu_alone` asks and waits).
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ def gpu_total_mib() -> float | None:
 #: The file in the task workers' folder (``results/<device>/tmp/task-workers``) by which a job
 #: that takes its run's every GPU slot (a retry after running out of GPU memory beside other
 #: jobs: :func:`l1bench.plan.gpu_slots`) asks the run's idle task workers to leave, so that their
-#: CUDA contexts free the GPU's memory for it (:func:`l1bench.pool.taskworker.gpu_alone` writes it).
+#: CUDA contexts free the GPU's memory for it (:func:`l1bench.pool.client.gpu_alone` writes it).
 ALONE_FILE = "gpu-alone"
 
 

@@ -1,7 +1,7 @@
 """A task worker: one process that serves one task's check and its eager-mode time steps one after
 another, so that CUDA's start and the GPU's first-use work are paid once per task, not once per
 step. Run as ``python -m l1bench.pool.server NAME IDLE_S [MAX_STEPS [MAX_IDLE [HOME]]]`` by
-:mod:`l1bench.pool.taskworker`, which also kills it when a step runs over its timeout.
+:mod:`l1bench.pool.client`, which also kills it when a step runs over its timeout.
 
 A step runs as in a fresh process (:class:`~l1bench.pool.taskstate.TaskWorker`): one task per
 worker, the torch.compile modes never (they keep a process each); torch's settings are put back
