@@ -18,7 +18,7 @@ import test_worker
 from helpers import wait_for
 
 from l1bench import lifeline, plan
-from l1bench.pool import idle, taskstate
+from l1bench.pool import idle, state
 from l1bench.pool.client import gpu_alone, run_in_task_worker, worker_name
 from l1bench.pool.runner import JobFailed
 from l1bench.timing import TIMING_VERSION
@@ -119,22 +119,22 @@ def test_worker_names_are_per_results_folder_and_task(tmp_path):
 def test_replaced_counts_rebound_and_removed_names_not_new_ones():
     f, g = (lambda: 1), (lambda: 2)
     before = {"torch.relu": f, "torch.nn.functional.gelu": g}
-    assert taskstate.replaced(before, dict(before)) == []
-    assert taskstate.replaced(before, before | {"torch.new": f}) == []
-    assert taskstate.replaced(before, {"torch.relu": g, "torch.nn.functional.gelu": g}) == ["torch.relu"]
-    assert taskstate.replaced(before, {"torch.relu": f}) == ["torch.nn.functional.gelu"]
+    assert state.replaced(before, dict(before)) == []
+    assert state.replaced(before, before | {"torch.new": f}) == []
+    assert state.replaced(before, {"torch.relu": g, "torch.nn.functional.gelu": g}) == ["torch.relu"]
+    assert state.replaced(before, {"torch.relu": f}) == ["torch.nn.functional.gelu"]
 
 
 def test_the_watched_bindings_are_stable():
     """Reading torch's namespaces twice sees the same objects (a check that can fail only on a patch)."""
-    first = taskstate.bindings(taskstate.watched_namespaces())
+    first = state.bindings(state.watched_namespaces())
     assert "torch.nn.functional.relu" in first and "torch.nn.Conv2d.forward" in first
-    assert taskstate.replaced(first, taskstate.bindings(taskstate.watched_namespaces())) == []
+    assert state.replaced(first, state.bindings(state.watched_namespaces())) == []
 
 
 def test_step_labels():
-    assert taskstate.step_label({"kind": "check"}) == "check"
-    assert taskstate.step_label({"kind": "time", "protocol": "strict", "mode": "default"}) == "time strict/default"
+    assert state.step_label({"kind": "check"}) == "check"
+    assert state.step_label({"kind": "time", "protocol": "strict", "mode": "default"}) == "time strict/default"
 
 
 # ------------------------------------------------------------------ one worker, several steps
@@ -370,7 +370,7 @@ def test_a_step_that_changes_the_environment_retires_the_worker(tasks, tmp_path)
 
 
 def test_a_worker_serves_one_task_only(tasks, tmp_path):
-    worker = taskstate.TaskWorker()
+    worker = state.TaskWorker()
     worker.prepare({"tid": "L1_T001"})
     with pytest.raises(ValueError, match="task worker of L1_T001"):
         worker.prepare({"tid": "L1_T002"})
@@ -561,7 +561,7 @@ def test_later_steps_take_the_first_steps_probe_verdict(monkeypatch):
 
 
 def test_later_steps_take_the_lock_of_the_gpu_the_first_one_took(monkeypatch):
-    worker = taskstate.TaskWorker()
+    worker = state.TaskWorker()
     first = {"tid": "L1_T001", "kind": "check"}
     worker.prepare(first)
     assert "lock_device" not in first  # placed by its first section (claim_gpu)

@@ -43,7 +43,7 @@ from l1bench.pool.runner import (
     worker_env,
 )
 from l1bench.pool.server import foreign_uid, read_line
-from l1bench.pool.taskstate import MAX_STEPS
+from l1bench.pool.state import MAX_STEPS
 from l1bench.worker.outcome import EXIT_INFRA
 
 #: Seconds a new worker may take to listen (imports torch and the worker's modules).

@@ -3,7 +3,7 @@ another, so that CUDA's start and the GPU's first-use work are paid once per tas
 step. Run as ``python -m l1bench.pool.server NAME IDLE_S [MAX_STEPS [MAX_IDLE [HOME]]]`` by
 :mod:`l1bench.pool.client`, which also kills it when a step runs over its timeout.
 
-A step runs as in a fresh process (:class:`~l1bench.pool.taskstate.TaskWorker`): one task per
+A step runs as in a fresh process (:class:`~l1bench.pool.state.TaskWorker`): one task per
 worker, the torch.compile modes never (they keep a process each); torch's settings are put back
 and the snippets' modules dropped after every step; the worker retires after a step that patched
 torch, left a thread running, changed grad mode or the default device, broke, or after
@@ -33,7 +33,7 @@ from l1bench.gpu import gpus, timingcpus
 from l1bench.gpu.gpulock import STATUS_ENV
 from l1bench.io import atomic_write_text
 from l1bench.pool.idle import IdleTokens, asked_to_leave
-from l1bench.pool.taskstate import MAX_STEPS, TaskWorker, empty_device_cache, step_label
+from l1bench.pool.state import MAX_STEPS, TaskWorker, empty_device_cache, step_label
 from l1bench.snippet import InfraError
 from l1bench.worker.outcome import EXIT_INFRA
 

@@ -56,7 +56,7 @@ def pick_device(job: dict) -> str:
 
 def gpu_memory(device: str, torch_mod=None) -> dict | None:
     """The caching allocator's peaks on ``device`` in this process since the last reset (a
-    task worker resets them before each step, :meth:`l1bench.pool.taskstate.TaskWorker.prepare`),
+    task worker resets them before each step, :meth:`l1bench.pool.state.TaskWorker.prepare`),
     in MiB: what the step's tensors took at most, without the CUDA context. Host-side counters,
     no call into the driver; None where CUDA is not running (CPU, a step that never started it)."""
     if not device.startswith("cuda"):
