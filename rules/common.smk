@@ -18,7 +18,7 @@ try:
     from l1bench import release as rel
     from l1bench import attempts, cliconfig, fetch, hooks, plan, preflight, staleness
     from l1bench.modes import NAMES as MODES
-    from l1bench.results import AGREEMENT
+    from l1bench.results import AGREEMENT, STAGE
     from l1bench.runplan import RunPlan
 except ModuleNotFoundError as err:
     if err.name != "l1bench":
@@ -83,8 +83,8 @@ def evaluation_inputs(kind):
     def inputs(wildcards):
         result = PLAN.result_path(kind, wildcards)
         ins = {}
-        if kind in staleness.UPSTREAM:
-            stage = staleness.UPSTREAM[kind]
+        stage = STAGE[kind].upstream
+        if stage:
             ins[stage] = ancient(f"{RESULTS}/{stage}/{wildcards.tid}.json")
         if RERUNS.job_runs(result, f"{kind}_task"):
             ins["meta"] = ancient(f"{RESULTS}/tasks/{wildcards.tid}/meta.json")

@@ -4,13 +4,13 @@
 from pathlib import Path
 
 from l1bench.job import JobSpec, main
-from l1bench.results import UPSTREAM
+from l1bench.results import STAGE
 
 
 def job_spec(smk) -> JobSpec:
     """The job as its rule gives it: wildcards, input, output, log, params, resources."""
     p, w = smk.params, smk.wildcards
-    stage = UPSTREAM.get(p.kind, (None,))[0]  # the earlier stage's result it reads
+    stage = STAGE[p.kind].upstream  # the earlier stage's result it reads
     return JobSpec(
         rule=smk.rule,
         kind=p.kind,

@@ -191,3 +191,20 @@ def test_each_results_tree_has_its_own_job_logs():
     assert logs_dir("results/retime/h100") != logs_dir("results/h100")
     assert logs_dir("/tmp/x/h100") == "logs/tmp/x/h100"
     assert logs_dir("../elsewhere/h100") == "logs/elsewhere/h100"
+
+
+def test_every_list_of_stages_derives_from_the_record():
+    """One record a stage (results.STAGES): the order, the rules, the earlier stages, the GPU's."""
+    from l1bench import failed, hooks, staleness
+    from l1bench import outcome as run_outcome
+    from l1bench.results import STAGES, UPSTREAM
+
+    assert [s.rule for s in STAGES] == list(run_outcome.EVALUATION_RULES) == ["build_task", "check_task", "time_task"]
+    assert failed.STAGES == ("build", "check", "time")
+    assert UPSTREAM == {"check": ("build", Status.OK), "time": ("check", Status.PASS)}
+    assert staleness.EVALUATION_RULES == (*run_outcome.EVALUATION_RULES, "scan_references")
+    assert preflight.WHY["build_task"] == "broke (timeout, crash)"
+    on_gpu = "broke (timeout, crash, CUDA fault, out of memory)"
+    assert preflight.WHY["check_task"] == preflight.WHY["time_task"] == on_gpu
+    planned = [("build_task", ["b"]), ("check_task", ["c"]), ("time_task", ["t"]), ("aggregate_results", ["a"])]
+    assert hooks.gpu_job_outputs(planned) == (["c", "t"], {"b", "c", "t", "a"})

@@ -10,10 +10,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from l1bench.results import BROKEN_STATUSES
+from l1bench.results import BROKEN_STATUSES, STAGE
 
-#: The stages whose results can break, in the order a task goes through them.
-STAGES = ("build", "check", "time")
+#: The stages whose results can break (every stage's kind), in the order a task goes through them.
+STAGES = tuple(STAGE)
 
 
 def status(path: str | Path) -> str | None:

@@ -24,6 +24,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from l1bench import attempts, lifeline, outcome, preflight, progress, recovery
+from l1bench.results import STAGES
 
 
 def snakemake_lock_files(workflow) -> list[str]:
@@ -47,7 +48,8 @@ def gpu_job_outputs(planned: Iterable[tuple[str, list[str]]]) -> tuple[list[str]
     ([(rule, outputs)]): what the GPU guard asks preflight.gpu_jobs about."""
     planned = list(planned)
     pending = {out for _, outs in planned for out in outs}
-    outputs = [out for rule, outs in planned if rule in ("check_task", "time_task") for out in outs]
+    gpu_rules = {s.rule for s in STAGES if s.gpu}
+    outputs = [out for rule, outs in planned if rule in gpu_rules for out in outs]
     return outputs, pending
 
 

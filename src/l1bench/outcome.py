@@ -10,9 +10,10 @@ from collections import Counter
 from pathlib import Path
 
 from l1bench import failed
+from l1bench.results import STAGES
 
-#: Rules whose jobs make the results counted here.
-EVALUATION_RULES = ("build_task", "check_task", "time_task")
+#: Rules whose jobs make the results counted here: the stages'.
+EVALUATION_RULES = tuple(s.rule for s in STAGES)
 
 
 def made_results(planned) -> set[str]:

@@ -14,7 +14,7 @@ import signal
 from pathlib import Path
 
 from l1bench import attempts
-from l1bench.results import UPSTREAM, no_worker_needed
+from l1bench.results import STAGES, UPSTREAM, no_worker_needed
 
 RELEASE_LAYOUT = "a release folder holds optimized_cuda_code/ and more_baselines/ as in the upstream repository"
 #: The same for ``device=demo``: a folder like the embedded demo release.
@@ -130,12 +130,10 @@ def note_stop_signals(signals=(signal.SIGTERM, signal.SIGINT)) -> None:
         signal.signal(sig, handler)
 
 
-#: Why a job of each rule fails, as the hint says it.
-WHY = {
-    "build_task": "broke (timeout, crash)",
-    "check_task": "broke (timeout, crash, CUDA fault, out of memory)",
-    "time_task": "broke (timeout, crash, CUDA fault, out of memory)",
-    "fetch_release_file": "download failed (no network?)",
+#: Why a job of each rule fails, as the hint says it: a stage's broke (on the GPU also by a CUDA
+#: fault or out of memory), a download failed.
+WHY = {s.rule: f"broke (timeout, crash{', CUDA fault, out of memory' * s.gpu})" for s in STAGES} | {
+    "fetch_release_file": "download failed (no network?)"
 }
 
 
@@ -212,7 +210,7 @@ def failure_hint(device: str, failed: dict[str, dict], stopped_by: str | None = 
                 "  without network: copy the release (optimized_cuda_code/, more_baselines/) to a folder and "
                 f"run {retry} release_dir=FOLDER"
             )
-        evaluation = [j for j in failed.values() if j["rule"] in ("build_task", "check_task", "time_task")]
+        evaluation = [j for j in failed.values() if j["rule"] in {s.rule for s in STAGES}]
         if evaluation and max_attempts:
             lines.append(
                 f"  a job that broke {max_attempts} times gets a terminal crashed/timeout result "

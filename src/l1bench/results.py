@@ -1,6 +1,7 @@
-"""What a result is: its statuses (:class:`Status`), flags (:class:`Flag`), the agreement
-threshold (:data:`AGREEMENT`), its fields (:class:`TaskResult`, the JSON a build, check or time
-job writes) and which jobs need no worker (:func:`no_worker_needed`).
+"""What a result is: its statuses (:class:`Status`), the stages that make results
+(:class:`Stage`, :data:`STAGES`), flags (:class:`Flag`), the agreement threshold
+(:data:`AGREEMENT`), its fields (:class:`TaskResult`, the JSON a build, check or time job writes)
+and which jobs need no worker (:func:`no_worker_needed`).
 
 ``Status`` and ``Flag`` are ``str`` enums: a member equals, hashes and formats as its value, so
 results compare with plain strings from JSON or pandas.
@@ -74,8 +75,36 @@ FAILED_STATUSES = frozenset(
 NOT_RUN_STATUSES = frozenset({Status.NO_CODE, Status.NO_BASELINE, Status.UNSUPPORTED})
 #: Statuses l1bench.attempts gives a job that broke ``max_attempts`` times.
 BROKEN_STATUSES = frozenset({Status.CRASHED, Status.TIMEOUT})
+
+
+@dataclass(frozen=True)
+class Stage:
+    """A stage whose jobs make a task's results (``<results>/<kind>/``), by the rule
+    ``<kind>_task``: one record each in :data:`STAGES`, from which every list of stages, rules
+    and earlier stages derives."""
+
+    kind: str
+    #: the earlier stage whose result a job reads, and that result's good status; a job whose
+    #: earlier result has another status carries it forward (:func:`no_worker_needed`)
+    upstream: str | None = None
+    passed: Status | None = None
+    #: whether its jobs run on the GPU (the GPU guard's; how the failure hint says they broke)
+    gpu: bool = False
+
+    @property
+    def rule(self) -> str:
+        return f"{self.kind}_task"
+
+
+#: The stages, in the order a task goes through them.
+STAGES = (
+    Stage("build"),
+    Stage("check", upstream="build", passed=Status.OK, gpu=True),
+    Stage("time", upstream="check", passed=Status.PASS, gpu=True),
+)
+STAGE = {s.kind: s for s in STAGES}
 #: The earlier stage a check or time job depends on, and that stage's good status.
-UPSTREAM = {"check": ("build", Status.OK), "time": ("check", Status.PASS)}
+UPSTREAM = {s.kind: (s.upstream, s.passed) for s in STAGES if s.upstream}
 
 
 class Flag(_StrEnum):

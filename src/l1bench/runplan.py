@@ -14,9 +14,7 @@ from collections.abc import Mapping
 from l1bench import attempts, fetch, freshness, plan, preflight, staleness
 from l1bench import release as rel
 from l1bench.io import logs_dir
-
-#: The kinds of result a build, check or time job makes, in the order of their stages.
-EVALUATION_KINDS = ("build", "check", "time")
+from l1bench.results import STAGE
 
 
 class RunPlan:
@@ -89,7 +87,7 @@ class RunPlan:
 
     def evaluation_results(self) -> list[str]:
         """The build, check and time results of the selection."""
-        return [p for kind in EVALUATION_KINDS for p in self.task_paths(kind)]
+        return [p for kind in STAGE for p in self.task_paths(kind)]
 
     def result_path(self, kind: str, wildcards) -> str:
         """The result a build, check or time job makes."""

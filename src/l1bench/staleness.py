@@ -29,18 +29,16 @@ from pathlib import Path
 
 from l1bench import fetch, freshness, split
 from l1bench import release as rel
-from l1bench.results import UPSTREAM as UPSTREAM_STATUS
+from l1bench.results import STAGE, STAGES
 from l1bench.snippet import sha256_text
 from l1bench.timing import TIMING_VERSION
 
 #: Build settings that change how fast a build runs, not what it builds.
 BUILD_SPEED_KEYS = ("max_jobs",)
 
-#: The earlier stage of each stage.
-UPSTREAM = {kind: stage for kind, (stage, _) in UPSTREAM_STATUS.items()}
-
-#: Rules whose jobs make results: forcing one makes the results after it stale.
-EVALUATION_RULES = ("build_task", "check_task", "time_task", "scan_references")
+#: Rules whose jobs make results (the stages' and the reference scan's): forcing one makes the
+#: results after it stale.
+EVALUATION_RULES = tuple(s.rule for s in STAGES) + ("scan_references",)
 
 
 def sha256_bytes(data: bytes) -> str:
@@ -177,7 +175,7 @@ class Judge:
 
     def upstream(self, path: Path) -> Path | None:
         kind, _, _, tid = self.parse(path, self.res)
-        stage = UPSTREAM.get(kind)
+        stage = STAGE[kind].upstream
         return self.res / stage / f"{tid}.json" if stage else None
 
     # ---------------------------------------------------------------- decisions
