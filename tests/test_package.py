@@ -226,3 +226,75 @@ def test_the_size_section_quotes_the_code_as_it_is():
     for where, n in lines.items():
         assert f"the {where} {n:,} lines" in text, where
     assert f"under {MAX_CODE_LINES:,} lines" in text
+
+
+#: docs/architecture.md, "Floors": the package's floors from the ground up. A module imports only
+#: modules of its own floor or of a floor below it; every module not named here stands on the top
+#: floor, the workflow's (planning, reruns, the job, the tables), and may import any.
+FLOORS = (
+    # what every floor shares: results and their fields, the modes, snippets, files, provenance
+    ("ground", ("l1bench.results", "l1bench.modes", "l1bench.snippet", "l1bench.tolerance", "l1bench.io",
+                "l1bench.provenance", "l1bench.lifeline")),
+    ("gpu", ("l1bench.gpu",)),  # who owns the GPU: the visible GPUs, the lock, the timing CPUs, sections
+    ("detectors", ("l1bench.detectors",)),  # the reward-hack detectors
+    ("timing", ("l1bench.timing",)),  # how a call is timed: the harness, both protocols, the host's clock
+    ("worker", ("l1bench.worker",)),  # the child process that runs snippet code: build, check, time
+    ("pool", ("l1bench.pool",)),  # how a job reaches a worker: a worker of its own, the task worker
+)
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def floor_of(module: str) -> int:
+    """The module's floor, counted from the ground (0); the top floor is ``len(FLOORS)``."""
+    for i, (_, names) in enumerate(FLOORS):
+        if any(module == name or module.startswith(f"{name}.") for name in names):
+            return i
+    return len(FLOORS)
+
+
+def package_imports(path: Path, modules: set[str]) -> set[str]:
+    """The package's modules that the module at ``path`` imports, at its top or inside a function."""
+    import ast
+
+    name = module_name(path)
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:  # relative: from the module's package, up level - 1
+                up = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join([*up, base] if base else up)
+            found |= {f"{base}.{a.name}" if f"{base}.{a.name}" in modules else base for a in node.names}
+    return {m for m in found if m == "l1bench" or m.startswith("l1bench.")}
+
+
+def back_imports(imports: dict[str, set[str]]) -> list[str]:
+    """``importer -> imported`` for every import that runs back up the floors."""
+    return sorted(f"{a} -> {b}" for a, bs in imports.items() for b in bs if floor_of(b) > floor_of(a))
+
+
+def test_no_import_runs_back_up_the_floors():
+    paths = sorted(PACKAGE.rglob("*.py"))
+    modules = {module_name(p) for p in paths}
+    imports = {module_name(p): package_imports(p, modules) for p in paths}
+    assert imports["l1bench.worker.stages"] >= {"l1bench.timing.protocols", "l1bench.gpu.sections"}
+    assert "l1bench.pool.runner" in imports["l1bench.job"] and "l1bench.worker" in imports["l1bench.pool.runner"]
+    assert back_imports(imports) == []
+    assert {names[0] for _, names in FLOORS} <= modules
+
+
+def test_the_floors_check_sees_an_import_back_up():
+    """The check of test_no_import_runs_back_up_the_floors can fail: timing importing the worker,
+    the worker the pool, a floor the workflow's job."""
+    assert back_imports({"l1bench.timing.protocols": {"l1bench.worker.torch_hooks", "l1bench.gpu.gpulock"}}) == [
+        "l1bench.timing.protocols -> l1bench.worker.torch_hooks"]
+    assert back_imports({"l1bench.worker.stages": {"l1bench.pool.state"}, "l1bench.snippet": {"l1bench.job"}}) == [
+        "l1bench.snippet -> l1bench.job", "l1bench.worker.stages -> l1bench.pool.state"]
+    assert back_imports({"l1bench.job": {"l1bench.pool.client", "l1bench.results"}}) == []

@@ -11,6 +11,7 @@ from l1bench import preflight
 from l1bench.aggregate import conventions as agg_conventions
 from l1bench.aggregate import slices as agg_slices
 from l1bench.aggregate import stats as agg_stats
+from l1bench.job import stamped
 from l1bench.results import (
     AGREEMENT,
     BROKEN_STATUSES,
@@ -20,9 +21,10 @@ from l1bench.results import (
     NoWorker,
     Status,
     TaskResult,
+    carried_forward,
     no_worker_needed,
+    stage_result,
 )
-from l1bench.worker import outcome
 
 H100 = ROOT / "results" / "h100"
 
@@ -47,7 +49,7 @@ def test_every_committed_result_has_a_known_status_and_flags():
 
 
 def _old_result(job, status, reason="", **extra):
-    """outcome.result as it was before TaskResult (reason already one line)."""
+    """A result as the worker made it before TaskResult (reason already one line)."""
     out = {"kind": job["kind"], "tid": job["tid"], "status": status, "reason": reason}
     for key in ("mode", "protocol"):
         if job.get(key):
@@ -72,11 +74,21 @@ def _old_result(job, status, reason="", **extra):
         ({"kind": "time", "tid": "L1_T003", "mode": "", "protocol": None}, "incorrect", {}),
     ],
 )
-def test_the_worker_writes_the_same_dict_as_before(job, status, extra):
-    new = outcome.result(job, status, "why", **extra)
+def test_the_job_stamps_the_same_dict_as_the_worker_made_before(job, status, extra):
+    """What a stage found (plain data, through the worker's JSON or not) stamped where the job
+    enters is the result the worker stamped itself before."""
+    found = stage_result(status, "why", **extra)
+    assert "kind" not in found and "tid" not in found  # no job below the job's entry
     old = _old_result(job, status, "why", **extra)
-    assert new == old and list(new) == list(old)  # same keys, same order
-    assert type(new["status"]) is str and json.dumps(new, sort_keys=True) == json.dumps(old, sort_keys=True)
+    for new in (stamped(job, found), stamped(job, json.loads(json.dumps(found)))):
+        assert new == old and list(new) == list(old)  # same keys, same order
+        assert type(new["status"]) is str and json.dumps(new, sort_keys=True) == json.dumps(old, sort_keys=True)
+
+
+def test_a_reason_is_one_line_once_stamped():
+    found = stage_result("runtime_error", "first line\n  second " + "x" * 400)
+    reason = stamped({"kind": "check", "tid": "L1_T001"}, found)["reason"]
+    assert "\n" not in reason and len(reason) == 300 and reason.startswith("first line second x")
 
 
 def test_status_and_flag_are_their_strings():
@@ -162,7 +174,7 @@ def test_the_three_callers_agree(tmp_path):
         build.write_text(json.dumps({"kind": "build", "status": status, "reason": "r"}))
         got = without_worker(job, [], 0)
         assert (got is not None) == decided == preflight.decided_without_gpu(check_out, res)
-        assert (outcome.upstream_status(job) is not None) == decided
+        assert (carried_forward(job) is not None) == decided
         if decided:
             assert got["status"] == status and got["provenance"]["worker"] is False
     # given up after 2 broken attempts (the build is fine)

@@ -18,6 +18,7 @@ import test_worker
 from helpers import wait_for
 
 from l1bench import lifeline, plan
+from l1bench.job import stamped
 from l1bench.pool import idle, state
 from l1bench.pool.client import gpu_alone, run_in_task_worker, worker_name
 from l1bench.pool.runner import JobFailed
@@ -65,8 +66,9 @@ def job(tasks, tmp_path, tid, kind="check", task_dir=None, **extra):
 
 
 def served(tmp_path, j, timeout=60, idle_s=20.0, max_idle=0):
-    return run_in_task_worker(j, timeout, tmp_path / f"{j['tid']}.log", tmp_path / "tw", idle_s=idle_s,
-                              max_idle=max_idle)
+    """The step's result, stamped as the job stamps it."""
+    return stamped(j, run_in_task_worker(j, timeout, tmp_path / f"{j['tid']}.log", tmp_path / "tw", idle_s=idle_s,
+                                         max_idle=max_idle))
 
 
 def gone(pid: int) -> bool:

@@ -9,9 +9,11 @@ import time
 
 import pytest
 
+from l1bench.job import stamped
 from l1bench.pool.runner import JobFailed, run_worker
+from l1bench.results import stage_result
 from l1bench.timing import TIMING_VERSION, harness
-from l1bench.worker import outcome, torch_hooks
+from l1bench.worker import torch_hooks
 
 PAPER = {
     "seed": 42,
@@ -42,7 +44,7 @@ def run(tasks, tmp_path, tid, kind, **extra):
         "params": dict(PAPER),
         "lock_dir": str(tmp_path),
     } | extra
-    return run_worker(job, 60, tmp_path / f"{tid}.log")
+    return stamped(job, run_worker(job, 60, tmp_path / f"{tid}.log"))  # as the job stamps it
 
 
 def write(tmp_path, name, obj):
@@ -636,20 +638,19 @@ def test_a_failed_extension_build_is_flagged_on_the_result(monkeypatch):
         )
 
     monkeypatch.setattr(cpp_extension, "load_inline", failing_build)
-    job = {"kind": "check", "tid": "L2_T030"}
-    assert torch_hooks.note_extension_failures(outcome.result(job, "pass"))["flags"] == []  # nothing failed yet
+    assert "flags" not in torch_hooks.note_extension_failures(stage_result("pass"), "check")  # nothing failed yet
     torch_hooks.remember_failed_extension_builds()
     try:  # what a snippet with a fallback does
         cpp_extension.load_inline(name="fused_ext", cpp_sources="...")
     except RuntimeError:
         pass
-    res = torch_hooks.note_extension_failures(outcome.result(job, "pass"))
+    res = torch_hooks.note_extension_failures(stage_result("pass"), "check")
     assert res["extension_failures"] == [
         {"extension": "fused_ext", "error": "main.cpp:4:56: error: 'fused' was not declared in this scope"}
     ]
     assert [f["flag"] for f in res["flags"]] == ["EXTENSION_BUILD_FAILED"]
     assert "fused_ext" in res["flags"][0]["reason"] and "fallback" in res["flags"][0]["reason"]
-    build = torch_hooks.note_extension_failures(outcome.result({"kind": "build", "tid": "L2_T030"}, "ok"))
+    build = torch_hooks.note_extension_failures(stage_result("ok"), "build")
     assert "flags" not in build and build["extension_failures"][0]["extension"] == "fused_ext"
 
 

@@ -2,8 +2,9 @@
 
 ``scripts/run_task.py`` reads the rule's values into a :class:`JobSpec` and calls :func:`main`.
 A worker child (:mod:`l1bench.worker`) runs the snippet code; this process prepares the job,
-checks the snippets against the plan, decides what needs no worker, enforces the timeout and
-writes the result atomically, stamped with what the plan compares later
+checks the snippets against the plan, decides what needs no worker, enforces the timeout, stamps
+what the stage found as the job's result (:func:`stamped`: the only place a result is stamped,
+the layers below return plain data) and writes it atomically, with what the plan compares later
 (:mod:`l1bench.staleness`). A negative verdict is a result; a timeout, crash or CUDA fault fails
 the job and is recorded in its attempts ledger (:mod:`l1bench.attempts`), until the
 ``max_attempts``-th counted attempt writes a terminal ``crashed``/``timeout`` result.
@@ -28,8 +29,18 @@ from l1bench.pool import client, runner
 from l1bench.preflight import DRAINED_MARK
 from l1bench.provenance import now_iso
 from l1bench.release import SNIPPET_FILES
-from l1bench.results import UPSTREAM, NoWorker, Status, builds_extensions, no_worker_needed
-from l1bench.worker.outcome import NO_CODE_REASON, result, upstream_status
+from l1bench.results import (
+    NO_CODE_REASON,
+    UPSTREAM,
+    NoWorker,
+    Status,
+    TaskResult,
+    builds_extensions,
+    carried_forward,
+    no_worker_needed,
+    stage_result,
+)
+from l1bench.snippet import short
 
 #: A file whose existence tells new jobs not to start (lab/device_run.sh creates it shortly
 #: before its time budget ends, so jobs already running can finish instead of being killed).
@@ -166,6 +177,15 @@ def upstream_result_status(job: dict) -> str | None:
     return json.loads(Path(path).read_text())["status"] if path else None
 
 
+def stamped(job: dict, found: Mapping) -> dict:
+    """The result of ``job``: what its stage found (plain data, :func:`l1bench.results.stage_result`,
+    from a worker or from this process) stamped with the job's kind, task, mode and protocol
+    (:meth:`l1bench.results.TaskResult.for_job`), its reason one line."""
+    fields = dict(found)
+    status, reason = fields.pop("status"), fields.pop("reason", "")
+    return TaskResult.for_job(job, status, short(reason) if reason else "", **fields).to_dict()
+
+
 def without_worker(job: dict, broken: list, max_attempts: int) -> dict | None:
     """The result of a job decided in this process, without a worker (no interpreter, no CUDA
     context), else None: :func:`l1bench.results.no_worker_needed` decides, from the task's
@@ -181,17 +201,17 @@ def without_worker(job: dict, broken: list, max_attempts: int) -> dict | None:
     if why is None:
         return None
     if why is NoWorker.GAVE_UP:
-        res = result(job, attempts.terminal_status(broken), attempts.terminal_reason(broken), failed_attempts=broken)
+        found = stage_result(attempts.terminal_status(broken), attempts.terminal_reason(broken), failed_attempts=broken)
     elif why is NoWorker.NO_CODE:
-        res = result(job, Status.NO_CODE, NO_CODE_REASON)
+        found = stage_result(Status.NO_CODE, NO_CODE_REASON)
     elif why is NoWorker.NOTHING_TO_BUILD:
         reason = "no C++/CUDA extension in the custom code: nothing to build"
-        res = result(job, Status.OK, reason, build_s=0.0, extensions=[])
+        found = stage_result(Status.OK, reason, build_s=0.0, extensions=[])
     else:
-        res = upstream_status(job)
-    res["params"] = job.get("params", {})
-    res["provenance"] = {"started": now_iso(), "finished": now_iso(), "wall_s": 0.0, "worker": False}
-    return res
+        found = carried_forward(job)
+    found["params"] = job.get("params", {})
+    found["provenance"] = {"started": now_iso(), "finished": now_iso(), "wall_s": 0.0, "worker": False}
+    return stamped(job, found)
 
 
 def gpu_slots(spec: JobSpec) -> tuple:
@@ -236,7 +256,7 @@ def result_of(spec: JobSpec, job: dict, ledger: Path, log_start: int) -> tuple[d
     if res is not None:  # nothing to run: no worker (no interpreter, no CUDA context)
         return res, broken
     try:
-        res = run_in_worker(spec, job)
+        res = stamped(job, run_in_worker(spec, job))
     except runner.JobStopped as err:
         logging.error("STOPPED (no result written, not counted as an attempt): %s", err)
         sys.exit(f"{spec.rule}: {err}")

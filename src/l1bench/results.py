@@ -9,9 +9,11 @@ results compare with plain strings from JSON or pandas.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from enum import Enum
+from pathlib import Path
 from typing import Any
 
 
@@ -225,6 +227,13 @@ class TaskResult:
         return out
 
 
+def stage_result(status: str, reason: str = "", **fields) -> dict:
+    """What a build, check or time stage found, as plain data: ``status`` (one of :class:`Status`),
+    ``reason`` and the stage's fields. It names no job: the job stamps it where it entered
+    (:func:`l1bench.job.stamped`, :meth:`TaskResult.for_job`), so no layer below needs the job."""
+    return {"status": Status(status).value, "reason": reason, **fields}
+
+
 # --------------------------------------------------------------------------- what needs a worker
 
 
@@ -290,6 +299,28 @@ def no_worker_needed(
     if _fact(given_up):
         return NoWorker.GAVE_UP
     return None
+
+
+#: The reason of a result whose task has no custom code.
+NO_CODE_REASON = "the release carries no custom code for this task"
+
+
+def carried_forward(job: Mapping) -> dict | None:
+    """When the earlier stage's result of a check or time job (its build, its check: the file
+    ``job["<stage>_result"]``) is negative, that status carried forward (:func:`no_worker_needed`,
+    ``UPSTREAM``) as :func:`stage_result`; else None."""
+    if job["kind"] not in UPSTREAM:
+        return None
+    stage, _ = UPSTREAM[job["kind"]]
+    key = f"{stage}_result"
+    path = job.get(key)
+    if not path:
+        return None
+    prev = json.loads(Path(path).read_text())
+    if no_worker_needed(job["kind"], upstream_status=prev["status"]) is not NoWorker.UPSTREAM:
+        return None
+    label = prev.get("kind", key)
+    return stage_result(prev["status"], f"{label}: {prev.get('reason', '')}".rstrip(": "))
 
 
 def timing_version(result: Mapping) -> int | None:

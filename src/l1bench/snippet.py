@@ -6,6 +6,7 @@ process (:mod:`l1bench.worker`), never in the Snakemake process.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import linecache
 import random
@@ -100,6 +101,17 @@ def classify_exception(err: BaseException, default_status: str, during: str) -> 
     if any(m in text for m in COMPILE_MARKERS):
         return SnippetError(Status.COMPILE_ERROR, f"{during}: {short(text)}")
     return SnippetError(default_status, f"{during}: {short(text)}")
+
+
+@contextlib.contextmanager
+def guarded(during: str, default_status: str):
+    """Turn exceptions from snippet code into SnippetError / InfraError."""
+    try:
+        yield
+    except (SnippetError, InfraError):
+        raise
+    except Exception as err:
+        raise classify_exception(err, default_status, during) from err
 
 
 def short(text: str, limit: int = 300) -> str:

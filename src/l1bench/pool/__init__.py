@@ -1,4 +1,5 @@
-"""The worker pool: how a job reaches a worker child (:mod:`l1bench.worker`) and gets its result.
+"""The worker pool: how a job reaches a worker child (:mod:`l1bench.worker`) and gets back what
+its stage found (plain data, which the job stamps: :func:`l1bench.job.stamped`).
 
 A build or a torch.compile-mode time job starts a worker of its own (:mod:`~l1bench.pool.runner`);
 a task's check and eager-mode time steps go to its task worker, one process per task

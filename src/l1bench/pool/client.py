@@ -5,8 +5,8 @@ worker of its own: :func:`run_in_task_worker` takes its task's step lock (one st
 connects to the task's worker (an abstract Unix socket named after the results folder and the
 task) or starts one, sends the job and waits for the reply as :func:`l1bench.pool.runner.run_worker`
 waits for a one-shot worker (lock waits not counted, timeouts kill the worker's process group).
-The outcome is the same: a result dict, :class:`JobFailed` or :class:`JobStopped`; a broken
-worker costs only its step.
+The outcome is the same: what the step found (a dict), :class:`JobFailed` or
+:class:`JobStopped`; a broken worker costs only its step.
 
 A job that takes its run's every GPU slot first asks the run's idle task workers to leave
 (:func:`gpu_alone`).
@@ -44,7 +44,7 @@ from l1bench.pool.runner import (
 )
 from l1bench.pool.server import foreign_uid, read_line
 from l1bench.pool.state import MAX_STEPS
-from l1bench.worker.outcome import EXIT_INFRA
+from l1bench.worker import EXIT_INFRA
 
 #: Seconds a new worker may take to listen (imports torch and the worker's modules).
 START_TIMEOUT_S = 120.0
@@ -277,7 +277,7 @@ def run_in_task_worker(
     idle_s: float = IDLE_S,
     max_idle: int = AUTO,
 ) -> dict:
-    """Run one step in its task's worker and return its result dict (see the module's doc). ``home``:
+    """Run one step in its task's worker and return what it found (see the module's doc). ``home``:
     the folder of the step locks and the workers' logs. A job that is a cluster allocation of its
     own (:func:`l1bench.lifeline.own_allocation`) has a worker that serves its one step and ends
     before the job does.

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from l1bench import lifeline
 from l1bench.gpu.gpulock import STATUS_ENV, held_seconds, waited_seconds
-from l1bench.worker.outcome import EXIT_INFRA
+from l1bench.worker import EXIT_INFRA
 
 
 class JobFailed(RuntimeError):
@@ -65,7 +65,8 @@ def scratch_prefix() -> str:
 def run_worker(
     job: dict, timeout: float, log_path, env: dict | None = None, section_timeout: float | None = None
 ) -> dict:
-    """Run one job in a child process and return its result dict.
+    """Run one job in a child process and return what its stage found (plain data: the job stamps
+    it, :func:`l1bench.job.stamped`).
 
     Raises :class:`JobFailed` on timeout (time waiting for the device lock does not count), on
     holding the lock longer than ``section_timeout`` at a stretch, on a crash and on an

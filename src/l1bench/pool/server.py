@@ -35,7 +35,7 @@ from l1bench.io import atomic_write_text
 from l1bench.pool.idle import IdleTokens, asked_to_leave
 from l1bench.pool.state import MAX_STEPS, TaskWorker, empty_device_cache, step_label
 from l1bench.snippet import InfraError
-from l1bench.worker.outcome import EXIT_INFRA
+from l1bench.worker import EXIT_INFRA
 
 #: Exit status of a step that raised something other than a snippet's verdict or an
 #: InfraError: a crash, as a one-shot worker's exit 1.

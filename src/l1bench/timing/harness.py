@@ -13,8 +13,7 @@ import time
 from l1bench import tolerance
 from l1bench.modes import MODES
 from l1bench.results import Status
-from l1bench.snippet import build_model, flatten_outputs, make_inputs, set_seed, short, to_device
-from l1bench.worker.outcome import guarded
+from l1bench.snippet import build_model, flatten_outputs, guarded, make_inputs, set_seed, short, to_device
 
 #: Modes timed against their own baseline snippet (split names it after the mode); GPU only.
 BASELINE_MODES = tuple(m.name for m in MODES if m.baseline)

@@ -14,8 +14,8 @@ from dataclasses import dataclass
 
 from l1bench.gpu import gpulock
 from l1bench.gpu.sections import phase
-from l1bench.results import Status
-from l1bench.snippet import InfraError, make_inputs
+from l1bench.results import Status, stage_result
+from l1bench.snippet import InfraError, guarded, make_inputs
 from l1bench.timing import hostclock
 from l1bench.timing.harness import (
     BASELINE_MODES,
@@ -30,20 +30,18 @@ from l1bench.timing.harness import (
     timed_pairs,
     warm_up,
 )
-from l1bench.worker.outcome import guarded, result
-from l1bench.worker.torch_hooks import _COMPILED_GRAPHS, COMPILE_MODES
 
 
 @dataclass(frozen=True)
 class TimingSetup:
-    """What :func:`~l1bench.worker.stages.do_time` prepared for a protocol: ``stats`` (the job's, filled
-    on and returned in the result) and do_time's callables: ``baseline_on_cpu(seed)``,
-    ``reference_on_cpu(seed)``, ``on_device(base_cpu, custom_cpu, seed, init_inputs)`` (inside a
-    section), ``gpu_section(keep_cache=False)`` and
-    ``read_clocks("before" | "after")``.
+    """What :func:`~l1bench.worker.stages.do_time` prepared for a protocol: the mode, the device, the
+    paper protocol's parameters (``p``) and the strict protocol's (``strict``), ``stats`` (the
+    step's, filled on and returned in what it found) and do_time's callables:
+    ``baseline_on_cpu(seed)``, ``reference_on_cpu(seed)``, ``on_device(base_cpu, custom_cpu, seed,
+    init_inputs)`` (inside a section), ``gpu_section(keep_cache=False)``, ``read_clocks("before" |
+    "after")`` and, for a torch.compile mode, ``compiled_graphs()`` (None for the eager modes).
     """
 
-    job: dict
     mode: str
     device: str
     p: dict
@@ -58,6 +56,8 @@ class TimingSetup:
     gpu_section: Callable
     clocks: dict
     read_clocks: Callable
+    strict: dict | None = None
+    compiled_graphs: Callable[[], int] | None = None
 
 
 class TimingProtocol(ABC):
@@ -68,8 +68,8 @@ class TimingProtocol(ABC):
 
     @abstractmethod
     def time(self, setup: TimingSetup) -> dict:
-        """Run the timed GPU sections (through ``setup.gpu_section()``) and return the time
-        result (:func:`l1bench.worker.outcome.result`)."""
+        """Run the timed GPU sections (through ``setup.gpu_section()``) and return what they found
+        (:func:`l1bench.results.stage_result`)."""
 
 
 class PaperProtocol(TimingProtocol):
@@ -82,7 +82,7 @@ class PaperProtocol(TimingProtocol):
     name = "paper"
 
     def time(self, setup: TimingSetup) -> dict:
-        job, mode, p, stats = setup.job, setup.mode, setup.p, setup.stats
+        mode, p, stats = setup.mode, setup.p, setup.stats
         if mode in BASELINE_MODES:
             wrong = self.against_baseline(setup)
             if wrong is not None:
@@ -98,12 +98,11 @@ class PaperProtocol(TimingProtocol):
             if p.get("early_stop_below") is not None and trial_score < p["early_stop_below"]:
                 break
         clock.close()
-        if mode in COMPILE_MODES:
-            stats["compiled_graphs"] = _COMPILED_GRAPHS[0]
+        if setup.compiled_graphs is not None:
+            stats["compiled_graphs"] = setup.compiled_graphs()
         scores = timings["trial_scores"]
         stopped = len(scores) < p["outer_trials"]
-        return result(
-            job,
+        return stage_result(
             Status.OK,
             f"stopped after {len(scores)} outer trials (score < {p['early_stop_below']})" if stopped else "",
             score=statistics.fmean(scores),
@@ -132,7 +131,7 @@ class PaperProtocol(TimingProtocol):
             del base, custom, base_cpu, custom_cpu
         if ok:
             return None
-        return result(setup.job, Status.INCORRECT, f"against the {mode} baseline: {why}", **stats)
+        return stage_result(Status.INCORRECT, f"against the {mode} baseline: {why}", **stats)
 
     @staticmethod
     def trial(setup: TimingSetup, outer: int, clock, ledger) -> tuple[list, list]:
@@ -198,7 +197,7 @@ class StrictProtocol(TimingProtocol):
     name = "strict"
 
     def time(self, setup: TimingSetup) -> dict:
-        job, device, p, stats = setup.job, setup.device, setup.p, setup.stats
+        device, p, stats = setup.device, setup.p, setup.stats
         builder, get_inputs = setup.builder, setup.get_inputs
         baseline_on_cpu, on_device, gpu_section = setup.baseline_on_cpu, setup.on_device, setup.gpu_section
         read_clocks, clocks = setup.read_clocks, setup.clocks
@@ -223,14 +222,14 @@ class StrictProtocol(TimingProtocol):
                     lambda: make_inputs(get_inputs, device),
                     torch.device(device),
                     # timed outputs, when checked (verify_outputs), with the check's tolerances
-                    job["strict"] | {"atol": p["atol"], "rtol": p["rtol"]},
+                    setup.strict | {"atol": p["atol"], "rtol": p["rtol"]},
                     global_state=global_state,
                 )
             read_clocks("after")
         common = {
             "strict": st,
             # the strict protocol's own parameters (``params`` holds the paper protocol's)
-            "strict_params": dict(job["strict"] or {}),
+            "strict_params": dict(setup.strict or {}),
             "flags": st.get("flags", []),
             "n_timings": st.get("n", 0),
             "clocks_before": clocks["before"],
@@ -241,8 +240,8 @@ class StrictProtocol(TimingProtocol):
             raise InfraError(nothing)
         mismatch = (st.get("verified") or {}).get("mismatch")
         if mismatch:  # a timed call's output was wrong: what was timed is not the task, no score
-            return result(job, Status.INCORRECT, f"strict timing: {mismatch}", **common, **stats)
-        return result(job, Status.OK, "", score=st["speedup_median"], **common, **stats)
+            return stage_result(Status.INCORRECT, f"strict timing: {mismatch}", **common, **stats)
+        return stage_result(Status.OK, "", score=st["speedup_median"], **common, **stats)
 
 
 PAPER, STRICT = PaperProtocol(), StrictProtocol()

@@ -17,10 +17,10 @@ from pathlib import Path
 from l1bench import provenance
 from l1bench.gpu import gpus, timingcpus
 from l1bench.io import atomic_write_text
-from l1bench.results import NoWorker, Status, builds_extensions, no_worker_needed
+from l1bench.results import NO_CODE_REASON, NoWorker, Status, builds_extensions, no_worker_needed, stage_result
 from l1bench.snippet import InfraError, SnippetError, sha256_text
 from l1bench.timing import TIMING_VERSION
-from l1bench.worker.outcome import EXIT_INFRA, NO_CODE_REASON, result
+from l1bench.worker import EXIT_INFRA
 from l1bench.worker.stages import do_build, do_check, do_time
 from l1bench.worker.torch_hooks import (
     note_extension_failures,
@@ -91,12 +91,12 @@ def run(job: dict) -> dict:
         job["device"] = pick_device(job)
     try:
         if no_worker_needed(job["kind"], has_code="custom" in snippets) is NoWorker.NO_CODE:
-            res = result(job, Status.NO_CODE, NO_CODE_REASON)
+            res = stage_result(Status.NO_CODE, NO_CODE_REASON)
         else:
             res = KINDS[job["kind"]](job, meta, snippets)
     except SnippetError as err:
-        res = result(job, err.status, err.reason)
-    note_extension_failures(res)
+        res = stage_result(err.status, err.reason)
+    note_extension_failures(res, job["kind"])
     if job["kind"] in ("check", "time"):
         res["timing_version"] = TIMING_VERSION
         memory = gpu_memory(job["device"])

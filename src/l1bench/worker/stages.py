@@ -14,10 +14,11 @@ from pathlib import Path
 
 from l1bench import provenance
 from l1bench.gpu.sections import exclusive, phase
-from l1bench.results import Status
+from l1bench.results import NO_CODE_REASON, Status, carried_forward, stage_result
 from l1bench.snippet import (
     SnippetError,
     flatten_outputs,
+    guarded,
     load_custom,
     load_reference,
     make_inputs,
@@ -36,9 +37,9 @@ from l1bench.timing.harness import (
     synchronize,
 )
 from l1bench.timing.protocols import TimingSetup, protocol_for
-from l1bench.worker.outcome import NO_CODE_REASON, guarded, result, upstream_status
 from l1bench.worker.torch_hooks import (
     COMPILE_MODES,
+    compiled_graphs,
     prepare_compile,
     release_lock_during_dynamo_compiles,
     wrap_baseline,
@@ -50,7 +51,7 @@ from l1bench.worker.torch_hooks import (
 def do_build(job: dict, meta: dict, snippets: dict) -> dict:
     """Compile the custom code's inline extensions into the task's extension folder (CPU)."""
     if "custom" not in snippets:
-        return result(job, Status.NO_CODE, NO_CODE_REASON)
+        return stage_result(Status.NO_CODE, NO_CODE_REASON)
     t0 = time.perf_counter()
     with guarded("building custom code", Status.LOAD_ERROR):
         model_new = load_custom(snippets["custom"])
@@ -67,8 +68,7 @@ def do_build(job: dict, meta: dict, snippets: dict) -> dict:
     built = []
     if ext_dir.is_dir():
         built = sorted(p.name for p in ext_dir.iterdir() if p.is_dir() and p.name != "failed-builds")
-    return result(
-        job,
+    return stage_result(
         Status.OK,
         construct_note,
         build_s=round(time.perf_counter() - t0, 3),
@@ -81,7 +81,7 @@ def do_build(job: dict, meta: dict, snippets: dict) -> dict:
 
 def do_check(job: dict, meta: dict, snippets: dict) -> dict:
     """Load, laziness and correctness on the device, as the paper protocol does."""
-    prev = upstream_status(job)
+    prev = carried_forward(job)
     if prev:
         return prev
     p, device = job["params"], job["device"]
@@ -135,7 +135,7 @@ def do_check(job: dict, meta: dict, snippets: dict) -> dict:
                 synchronize(device)
             problems = lazy_problems(flatten_outputs(out), device)
         if problems:
-            return result(job, Status.LAZY, "; ".join(problems), **stats)
+            return stage_result(Status.LAZY, "; ".join(problems), **stats)
         # The harness checks correctness on a fresh instance (state from the first call is dropped).
         del out, custom
         with phase(stats, "correctness"):
@@ -144,13 +144,13 @@ def do_check(job: dict, meta: dict, snippets: dict) -> dict:
             ok, why, passed, worst = correctness_trials(ref, custom, get_inputs, device, p, tolerances := [])
         trials = {"trials_passed": passed, "min_tolerance": tolerances}  # l1bench.tolerance
         if not ok:
-            return result(job, Status.INCORRECT, why, **trials, **stats)
+            return stage_result(Status.INCORRECT, why, **trials, **stats)
         details["max_abs_diff"] = worst
         flags = []
         if job.get("detectors"):
             del custom
             flags = run_detectors(ref)
-    return result(job, Status.PASS, "", **trials, flags=flags, details=details, **stats)
+    return stage_result(Status.PASS, "", **trials, flags=flags, details=details, **stats)
 
 
 # --------------------------------------------------------------------------- time
@@ -172,7 +172,7 @@ def do_time(job: dict, meta: dict, snippets: dict) -> dict:
     base_src = baseline_source(mode, snippets)
     models = _time_models(mode, base_src, snippets)
     if isinstance(models, dict):  # the baseline did not load
-        return result(job, Status.BASELINE_ERROR, models["reason"])
+        return stage_result(Status.BASELINE_ERROR, models["reason"])
     Base, Ref, get_inputs, get_init_inputs, ModelNew = models
     wait_for_streams = "cuda.Stream" in snippets["custom"] and device.startswith("cuda")
     stats: dict = {}
@@ -204,7 +204,6 @@ def do_time(job: dict, meta: dict, snippets: dict) -> dict:
                                          get_inputs)
     clocks, read_clocks = clock_reader(device)
     setup = TimingSetup(
-        job=job,
         mode=mode,
         device=device,
         p=p,
@@ -219,6 +218,8 @@ def do_time(job: dict, meta: dict, snippets: dict) -> dict:
         gpu_section=gpu_section,
         clocks=clocks,
         read_clocks=read_clocks,
+        strict=job.get("strict"),
+        compiled_graphs=compiled_graphs if mode in COMPILE_MODES else None,
     )
     t_setup = time.perf_counter()
     if mode in COMPILE_MODES:
@@ -231,13 +232,13 @@ def _time_refused(job: dict, snippets: dict) -> dict | None:
     """The result of a time job that times nothing: its check's negative status carried
     forward, a baseline mode on the CPU, or no baseline code for the mode; else None."""
     mode = job["mode"]
-    prev = upstream_status(job)
+    prev = carried_forward(job)
     if prev:
         return prev
     if mode in BASELINE_MODES and job["device"] == "cpu":
-        return result(job, Status.UNSUPPORTED, f"{mode} baselines need a CUDA GPU")
+        return stage_result(Status.UNSUPPORTED, f"{mode} baselines need a CUDA GPU")
     if baseline_source(mode, snippets) is None:
-        return result(job, Status.NO_BASELINE, f"the release has no {mode} baseline code for this task")
+        return stage_result(Status.NO_BASELINE, f"the release has no {mode} baseline code for this task")
     return None
 
 
@@ -275,7 +276,7 @@ def clock_reader(device: str):
 def _time_models(mode: str, base_src: str, snippets: dict):
     """(baseline class, reference class, get_inputs, get_init_inputs, ModelNew) of a time job, or
     ``{"reason": ...}`` when the mode's baseline does not load. ModelNew failing to load raises
-    as :func:`l1bench.worker.outcome.guarded` says (``load_error``)."""
+    as :func:`l1bench.snippet.guarded` says (``load_error``)."""
     import torch  # noqa: F401 - imported where it always was: before the snippets load
 
     try:

@@ -25,6 +25,12 @@ _BACKENDS: dict = {}
 _COMPILED_GRAPHS = [0]
 
 
+def compiled_graphs() -> int:
+    """The graphs this process's compile backend has compiled so far (1 per graph; more means
+    recompilation): the time result's ``compiled_graphs``."""
+    return _COMPILED_GRAPHS[0]
+
+
 def compile_backend(mode: str):
     """The torch.compile backend of a compile mode: inductor as ``torch.compile(mode=...)`` builds it,
     counting the graphs it compiles and letting go of the GPU lock while it generates code. One
@@ -124,13 +130,14 @@ def extension_build_failures() -> list[dict]:
     return out
 
 
-def note_extension_failures(res: dict) -> dict:
-    """Record failed extension builds in a result; on a check or time result also as a flag."""
+def note_extension_failures(res: dict, kind: str) -> dict:
+    """Record failed extension builds in what a ``kind`` stage found (build, check, time); on a
+    check or time also as a flag."""
     failures = extension_build_failures()
     if not failures:
         return res
     res["extension_failures"] = failures
-    if res.get("kind") in ("check", "time") and res.get("status") != Status.NO_CODE:
+    if kind in ("check", "time") and res.get("status") != Status.NO_CODE:
         names = ", ".join(sorted({f["extension"] for f in failures}))
         reason = (
             f"the custom code's extension {names} does not build ({failures[0]['error']}); what ran is its fallback"
