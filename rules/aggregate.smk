@@ -57,11 +57,7 @@ rule aggregate_results:
     conda:
         "../envs/environment.yaml"
     params:
-        device=PLAN.device,
-        ceiling=config["detectors"]["speedup_ceiling"],
-        slices=list(PLAN.slice_reports),
-        tolerances=config["tolerances"],
-        paper_tolerance=[config["paper"]["atol"], config["paper"]["rtol"]],
+        tables=PLAN.aggregate_params(),
     script:
         "../scripts/aggregate_results.py"
 

@@ -1,7 +1,7 @@
 """Snakemake script of aggregate_results: one device's results into its tables, figures and
 report (l1bench.aggregate.tables.make_tables, which names the inputs and outputs it reads).
 
-params: device, ceiling, slices, tolerances, paper_tolerance (atol, rtol)
+params: tables (make_tables' keywords: l1bench.runplan.RunPlan.aggregate_params)
 """
 
 from l1bench.aggregate.tables import make_tables
@@ -14,9 +14,5 @@ if "snakemake" in globals():
     make_tables(
         inputs={name: smk.input.get(name) for name in smk.input.keys()},
         out={name: smk.output.get(name) for name in smk.output.keys()},
-        device=smk.params.device,
-        ceiling=smk.params.get("ceiling"),
-        slices=smk.params.get("slices") or [],
-        tolerances=smk.params.get("tolerances"),
-        paper_tolerance=smk.params.get("paper_tolerance"),
+        **smk.params.tables,
     )

@@ -606,18 +606,23 @@ def test_make_tables(tree, tmp_path):
 
 def test_the_tables_params_are_the_plans(tmp_path, monkeypatch):
     """What the tables record as their parameters (freshness.table_params of the aggregate rule's
-    params) is what the run's plan compares them with, for the default config and other
-    tolerances."""
+    params, the plan's aggregate_params: every keyword of make_tables) is what the run's plan
+    compares them with, for the default config and other tolerances."""
+    import inspect
+
     import yaml
 
     from l1bench import freshness
+    from l1bench.aggregate.tables import make_tables
     from l1bench.runplan import RunPlan
 
     config = yaml.safe_load((ROOT / "config/config.yaml").read_text()) | {"device": "h100"}
     monkeypatch.chdir(tmp_path)  # no release on disk: nothing to load
     for tolerances in (config.get("tolerances"), [1e-2, 1e-3], None):
         want = freshness.table_params("h100", config["detectors"]["speedup_ceiling"], tolerances)
-        assert RunPlan(config | {"tolerances": tolerances}).table_params() == want
+        run = RunPlan(config | {"tolerances": tolerances})
+        assert run.table_params() == want and run.aggregate_params()["tolerances"] == tolerances
+    assert set(run.aggregate_params()) == set(inspect.signature(make_tables).parameters) - {"inputs", "out"}
 
 
 # --------------------------------------------------------------------------- io

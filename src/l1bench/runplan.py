@@ -116,10 +116,17 @@ class RunPlan:
         return plan.all_targets(self.task_paths("check"), self.task_paths("time"),
                                 self.report_outputs() + transfer, self.config["aggregate_only"])
 
+    def aggregate_params(self) -> dict:
+        """The values the tables are made with: aggregate_results' params, the keywords of
+        l1bench.aggregate.tables.make_tables."""
+        c = self.config
+        return {"device": self.device, "ceiling": c["detectors"]["speedup_ceiling"], "slices": list(self.slice_reports),
+                "tolerances": c["tolerances"], "paper_tolerance": [c["paper"]["atol"], c["paper"]["rtol"]]}
+
     def table_params(self) -> dict:
-        """The parameters the tables record (freshness.table_params) as this run makes them."""
-        return freshness.table_params(self.device, self.config["detectors"]["speedup_ceiling"],
-                                      self.config.get("tolerances"))
+        """The parameters the tables record (freshness.table_params of :meth:`aggregate_params`)."""
+        p = self.aggregate_params()
+        return freshness.table_params(p["device"], p["ceiling"], p["tolerances"])
 
     # ---------------------------------------------------------------- the evaluation jobs
 
