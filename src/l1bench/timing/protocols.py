@@ -35,16 +35,18 @@ from l1bench.timing.harness import (
 @dataclass(frozen=True)
 class TimingSetup:
     """What :func:`~l1bench.worker.stages.do_time` prepared for a protocol: the mode, the device, the
-    paper protocol's parameters (``p``) and the strict protocol's (``strict``), ``stats`` (the
-    step's, filled on and returned in what it found) and do_time's callables:
-    ``baseline_on_cpu(seed)``, ``reference_on_cpu(seed)``, ``on_device(base_cpu, custom_cpu, seed,
-    init_inputs)`` (inside a section), ``gpu_section(keep_cache=False)``, ``read_clocks("before" |
-    "after")`` and, for a torch.compile mode, ``compiled_graphs()`` (None for the eager modes).
+    protocol parameters the result records as ``params`` (the paper protocol's: seed, warm-up,
+    trials, tolerances; the strict protocol uses its seed, warm-up and tolerances) and the strict
+    protocol's own (``strict``, recorded as ``strict_params``), ``stats`` (the step's, filled on
+    and returned in what it found) and do_time's callables: ``baseline_on_cpu(seed)``,
+    ``reference_on_cpu(seed)``, ``on_device(base_cpu, custom_cpu, seed, init_inputs)`` (inside a
+    section), ``gpu_section(keep_cache=False)``, ``read_clocks("before" | "after")`` and, for a
+    torch.compile mode, ``compiled_graphs()`` (None for the eager modes).
     """
 
     mode: str
     device: str
-    p: dict
+    params: dict
     stats: dict
     builder: CustomBuilder
     get_inputs: Callable
@@ -82,7 +84,7 @@ class PaperProtocol(TimingProtocol):
     name = "paper"
 
     def time(self, setup: TimingSetup) -> dict:
-        mode, p, stats = setup.mode, setup.p, setup.stats
+        mode, p, stats = setup.mode, setup.params, setup.stats
         if mode in BASELINE_MODES:
             wrong = self.against_baseline(setup)
             if wrong is not None:
@@ -121,7 +123,7 @@ class PaperProtocol(TimingProtocol):
     def against_baseline(setup: TimingSetup) -> dict | None:
         """The harness checks the custom model against the mode's own baseline, not the
         reference: the ``incorrect`` result when it differs, else None."""
-        mode, p, stats = setup.mode, setup.p, setup.stats
+        mode, p, stats = setup.mode, setup.params, setup.stats
         base_cpu, init_inputs = setup.baseline_on_cpu(p["seed"])
         custom_cpu = setup.builder.prepare(p["seed"], init_inputs)
         with setup.gpu_section(keep_cache=True), phase(stats, "baseline correctness"):
@@ -139,7 +141,7 @@ class PaperProtocol(TimingProtocol):
         (``eval_kernel_against_ref``): its warm-up reference moved and called on inputs held
         until the first timed pair's, both models placed (with the custom model's streams), the
         warm-up calls on inputs of their own, the timed pairs; (reference ms, custom ms)."""
-        device, p, stats, get_inputs = setup.device, setup.p, setup.stats, setup.get_inputs
+        device, p, stats, get_inputs = setup.device, setup.params, setup.stats, setup.get_inputs
         seed = p["seed"] + outer
         warm_cpu = setup.reference_on_cpu(seed)
         base_cpu, init_inputs = setup.baseline_on_cpu(seed)
@@ -168,7 +170,7 @@ class PaperProtocol(TimingProtocol):
         """A trial's warm-up calls and timed pairs, inside its section; ``placed``: (baseline,
         custom model, the custom model's streams, the warm-up inputs, the :class:`HeldInputs`
         each timed pair draws from)."""
-        device, p, stats = setup.device, setup.p, setup.stats
+        device, p, stats = setup.device, setup.params, setup.stats
         base, custom, streams, warm_inputs, held = placed
         with phase(stats, "warm-up calls"):
             held.warm_output = warm_up(base, custom, warm_inputs, p["warmup"], device)
@@ -197,7 +199,7 @@ class StrictProtocol(TimingProtocol):
     name = "strict"
 
     def time(self, setup: TimingSetup) -> dict:
-        device, p, stats = setup.device, setup.p, setup.stats
+        device, p, stats = setup.device, setup.params, setup.stats
         builder, get_inputs = setup.builder, setup.get_inputs
         baseline_on_cpu, on_device, gpu_section = setup.baseline_on_cpu, setup.on_device, setup.gpu_section
         read_clocks, clocks = setup.read_clocks, setup.clocks

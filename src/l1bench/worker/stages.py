@@ -206,7 +206,7 @@ def do_time(job: dict, meta: dict, snippets: dict) -> dict:
     setup = TimingSetup(
         mode=mode,
         device=device,
-        p=p,
+        params=p,
         stats=stats,
         builder=builder,
         get_inputs=get_inputs,
@@ -296,7 +296,7 @@ def compile_reference(setup: TimingSetup) -> None:
     call of the compiled reference inside a GPU section: tracing and code generation let go of
     the lock (release_lock_during_dynamo_compiles), every kernel runs with it. The compiled code
     is reused by every outer trial's model."""
-    mode, device, p, stats = setup.mode, setup.device, setup.p, setup.stats
+    mode, device, p, stats = setup.mode, setup.device, setup.params, setup.stats
     stats["dynamo_compiles_unlocked"] = release_lock_during_dynamo_compiles()
     base_cpu, _ = setup.baseline_on_cpu(p["seed"])
     # imports and torch.compile's wrapper before the lock, not in the section (CPU only)
