@@ -207,14 +207,13 @@ def test_each_results_tree_has_its_own_job_logs():
 
 def test_every_list_of_stages_derives_from_the_record():
     """One record a stage (results.STAGES): the order, the rules, the earlier stages, the GPU's."""
-    from l1bench import failed, hooks, staleness
-    from l1bench import outcome as run_outcome
+    from l1bench import failed, hooks, lastline, staleness
     from l1bench.results import STAGES, UPSTREAM
 
-    assert [s.rule for s in STAGES] == list(run_outcome.EVALUATION_RULES) == ["build_task", "check_task", "time_task"]
+    assert [s.rule for s in STAGES] == list(lastline.EVALUATION_RULES) == ["build_task", "check_task", "time_task"]
     assert failed.STAGES == ("build", "check", "time")
     assert UPSTREAM == {"check": ("build", Status.OK), "time": ("check", Status.PASS)}
-    assert staleness.EVALUATION_RULES == (*run_outcome.EVALUATION_RULES, "scan_references")
+    assert staleness.EVALUATION_RULES == (*lastline.EVALUATION_RULES, "scan_references")
     assert preflight.WHY["build_task"] == "broke (timeout, crash)"
     on_gpu = "broke (timeout, crash, CUDA fault, out of memory)"
     assert preflight.WHY["check_task"] == preflight.WHY["time_task"] == on_gpu

@@ -6,7 +6,7 @@
 * ``onstart`` (:meth:`RunHooks.start`): stop before any job when a GPU job needs a GPU and none
   is visible; export what every job reads; keep the workflow off the GPUs' timing CPUs; record
   the locks it holds; note stop signals; progress lines (:mod:`l1bench.progress`);
-* ``onsuccess``, ``onerror``: the run's last line (:mod:`l1bench.outcome`,
+* ``onsuccess``, ``onerror``: the run's last line (:mod:`l1bench.lastline`,
   :func:`l1bench.preflight.failure_hint`); the run's stale markers are spent;
 * at exit, when the run found nothing to do: one line saying so, and how to measure afresh.
 
@@ -23,7 +23,7 @@ import sys
 from collections.abc import Iterable
 from pathlib import Path
 
-from l1bench import attempts, lifeline, outcome, preflight, progress, recovery
+from l1bench import attempts, lastline, lifeline, preflight, progress, recovery
 from l1bench.results import STAGES
 
 
@@ -138,9 +138,9 @@ class RunHooks:
         """onsuccess: the run's one line: what was measured, where the tables are, what broke and
         how to retry it."""
         progress.stop(self.progress)
-        made = outcome.made_results(self.planned)
+        made = lastline.made_results(self.planned)
         run = self.run
-        line = outcome.success_line(run.device, run.results, run.logs, run.evaluation_results(), made,
+        line = lastline.success_line(run.device, run.results, run.logs, run.evaluation_results(), made,
                                     run.config["results_dir"])
         print(line, file=sys.stderr)
         self.reruns.clear_markers()

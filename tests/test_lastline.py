@@ -1,11 +1,11 @@
-"""The line a successful run ends with (l1bench.outcome), the progress lines of a long run
+"""The line a successful run ends with (l1bench.lastline), the progress lines of a long run
 (l1bench.progress) and the broken results' list (l1bench.failed)."""
 
 import json
 import logging
 from collections import Counter
 
-from l1bench import failed, outcome, progress
+from l1bench import failed, lastline, progress
 
 
 def result(path, status):
@@ -30,9 +30,9 @@ def demo_tree(res):
 def test_the_success_line_counts_what_was_measured_and_names_what_broke(tmp_path):
     res = tmp_path / "results/demo"
     paths = demo_tree(res)
-    made = outcome.made_results([("time_task", [p]) for p in paths if "/time/" in p and "L1_T001" not in p]
+    made = lastline.made_results([("time_task", [p]) for p in paths if "/time/" in p and "L1_T001" not in p]
                                 + [("aggregate_results", [str(res / "summary.md")])])
-    line = outcome.success_line("demo", str(res), "logs/demo", paths + [str(res / "check/L1_T009.json")], made)
+    line = lastline.success_line("demo", str(res), "logs/demo", paths + [str(res / "check/L1_T009.json")], made)
     assert "\n" not in line
     assert line.startswith(
         "Done: 6 time results (4 made in this run, 2 kept: ok 2, timeout 2, crashed 1, unsupported 1)"
@@ -44,9 +44,9 @@ def test_the_success_line_counts_what_was_measured_and_names_what_broke(tmp_path
     )
     # all broken at one stage: its logs' folder; nothing broken: said so
     only_check = [p for p in paths if "L1_T008" not in p]
-    assert "logs in logs/demo/check_task/" in outcome.success_line("demo", str(res), "logs/demo", only_check, made)
+    assert "logs in logs/demo/check_task/" in lastline.success_line("demo", str(res), "logs/demo", only_check, made)
     fine = [p for p in paths if "L1_T001" in p]
-    assert outcome.success_line("demo", str(res), "logs/demo", fine, set()).endswith(
+    assert lastline.success_line("demo", str(res), "logs/demo", fine, set()).endswith(
         "(0 made in this run, 2 kept: ok 1, unsupported 1); tables in "
         f"{res}/ (README.md, summary.md, per_task.md); nothing broke.")
 
