@@ -233,7 +233,7 @@ def test_the_size_section_quotes_the_code_as_it_is():
 #: floor, the workflow's (planning, reruns, the job, the tables), and may import any.
 FLOORS = (
     # what every floor shares: results and their fields, the modes, snippets, files, provenance
-    ("ground", ("l1bench.results", "l1bench.modes", "l1bench.snippet", "l1bench.tolerance", "l1bench.io",
+    ("ground", ("l1bench.results", "l1bench.modes", "l1bench.snippet", "l1bench.mintolerance", "l1bench.io",
                 "l1bench.provenance", "l1bench.lifeline")),
     ("gpu", ("l1bench.gpu",)),  # who owns the GPU: the visible GPUs, the lock, the timing CPUs, sections
     ("detectors", ("l1bench.detectors",)),  # the reward-hack detectors

@@ -7,7 +7,7 @@ import re
 import pytest
 import torch
 
-from l1bench.tolerance import from_json, min_tolerance, outputs_min_tolerance, to_json
+from l1bench.mintolerance import from_json, min_tolerance, outputs_min_tolerance, to_json
 
 
 def _random_pair(gen, dtype, n=64):
@@ -168,7 +168,7 @@ def test_records_are_read_back_from_json(tmp_path):
 
 
 def test_default_tolerances_leave_the_tables_record_as_it_was():
-    from l1bench.tolerance import DEFAULT_TOLERANCES, table_param
+    from l1bench.mintolerance import DEFAULT_TOLERANCES, table_param
 
     assert table_param(None) == {} and table_param(list(reversed(DEFAULT_TOLERANCES))) == {}
     assert table_param([1e-3]) == {"tolerances": [1e-3]}

@@ -16,7 +16,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from l1bench.io import atomic_write_text
-from l1bench.tolerance import table_param
+from l1bench.mintolerance import table_param
 
 #: The record beside the tables (an output of aggregate_results).
 RECORD = "tables_inputs.json"

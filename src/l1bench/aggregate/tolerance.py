@@ -1,5 +1,5 @@
 """Correctness pass rates at other tolerances, from the smallest passing tolerance each check
-records per trial (``min_tolerance``, :mod:`l1bench.tolerance`); no GPU run is needed.
+records per trial (``min_tolerance``, :mod:`l1bench.mintolerance`); no GPU run is needed.
 
 A task passes at ``t`` when every correctness trial does (``allclose(atol=t, rtol=t)``). A check
 that failed stopped at its first failing trial: at a tolerance looser than every trial it ran,
@@ -14,8 +14,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from ..mintolerance import from_json, table_param
 from ..results import FAILED_STATUSES, Status
-from ..tolerance import from_json, table_param
 from .conventions import NA
 from .markdown import md_table
 

@@ -10,7 +10,7 @@ import contextlib
 import statistics
 import time
 
-from l1bench import tolerance
+from l1bench import mintolerance
 from l1bench.modes import MODES
 from l1bench.results import Status
 from l1bench.snippet import build_model, flatten_outputs, guarded, make_inputs, set_seed, short, to_device
@@ -415,7 +415,7 @@ def correctness_trials(original, custom, get_inputs, device: str, p: dict, toler
     """The harness's correctness check: (ok, reason, trials passed, max abs diff). Trial seeds are drawn
     from ``torch.manual_seed(seed)`` as the harness draws them; each trial compares shape and
     ``allclose(atol, rtol)``. ``tolerances``, a list, receives each trial's smallest passing
-    tolerance (:func:`l1bench.tolerance.outputs_min_tolerance`, JSON form).
+    tolerance (:func:`l1bench.mintolerance.outputs_min_tolerance`, JSON form).
     """
     import torch
 
@@ -436,7 +436,7 @@ def correctness_trials(original, custom, get_inputs, device: str, p: dict, toler
             synchronize(device)
         ok, why, diff = compare_outputs(ref_out, cus_out, p["atol"], p["rtol"])
         if tolerances is not None:
-            tolerances.append(tolerance.to_json(tolerance.outputs_min_tolerance(ref_out, cus_out)))
+            tolerances.append(mintolerance.to_json(mintolerance.outputs_min_tolerance(ref_out, cus_out)))
         worst = max(worst, diff) if diff == diff else worst
         if not ok:
             return False, f"trial {i + 1}: {why}", i, worst

@@ -142,7 +142,7 @@ def do_check(job: dict, meta: dict, snippets: dict) -> dict:
             custom = builder.finish(second, seed)
             del second
             ok, why, passed, worst = correctness_trials(ref, custom, get_inputs, device, p, tolerances := [])
-        trials = {"trials_passed": passed, "min_tolerance": tolerances}  # l1bench.tolerance
+        trials = {"trials_passed": passed, "min_tolerance": tolerances}  # l1bench.mintolerance
         if not ok:
             return stage_result(Status.INCORRECT, why, **trials, **stats)
         details["max_abs_diff"] = worst
