@@ -33,21 +33,28 @@ def test_the_config_comments_and_the_docs_name_every_mode():
 
 
 def test_every_list_of_modes_derives_from_the_record():
+    """What derives from the record says what the record says (for any mode added), and the
+    published modes are as CUDA-L1 defines them."""
     by = modes.BY_NAME
-    assert len(by) == len(modes.MODES) and len({m.score_field for m in modes.MODES}) == len(modes.MODES)
-    assert all(not (m.baseline and m.compile) for m in modes.MODES)  # a baseline snippet is timed eager
-    assert set(plan.BASELINE_PATHS) == {m for m in by if by[m].baseline} == {"cuda_graph", "cudnn"}
+    assert list(by) == list(modes.NAMES) and all(not (m.baseline and m.compile) for m in modes.MODES)
+    assert set(plan.BASELINE_PATHS) == {m for m in by if by[m].baseline}
     assert set(rel.SNIPPET_FILES) == {"ref", "custom", *plan.BASELINE_PATHS}
-    assert [m for m in by if modes.compiles(m)] == ["torch_compile", "torch_compile_reduce_overhead"]
-    assert [m for m in by if plan.serves_task_worker("time", m)] == ["default", "cuda_graph", "cudnn"]
+    assert {m for m in by if plan.serves_task_worker("time", m)} == {m for m in by if not modes.compiles(m)}
     assert conventions.MODE_LABELS == {m.name: m.label for m in modes.MODES}
-    assert [m for m, one in conventions.MISSING_AS_ONE.items() if not one] == ["cuda_graph", "cudnn"]
+    assert conventions.MISSING_AS_ONE == {m.name: not m.baseline for m in modes.MODES}
     assert not plan.serves_task_worker("time", "nope") and plan.modes(["cudnn", "default"]) == ["default", "cudnn"]
+    published = {"default": ("score_default", "Default", None, None),
+                 "torch_compile": ("score_torch_compile_default", "Torch Compile", None, "default"),
+                 "torch_compile_reduce_overhead": ("score_torch_compile_reduce_overhead", "Torch Compile RO", None,
+                                                   "reduce-overhead"),
+                 "cuda_graph": ("score_cuda_graph", "CUDA Graph", "cuda_graph_code", None),
+                 "cudnn": ("score_cudnn", "cuDNN", "cudnn_code", None)}
+    assert {m: (by[m].score_field, by[m].label, by[m].baseline, by[m].compile) for m in published} == published
 
 
 def test_the_worker_and_the_harness_take_their_modes_from_the_record():
     from l1bench.timing.harness import BASELINE_MODES
     from l1bench.worker.torch_hooks import COMPILE_MODES
 
-    assert BASELINE_MODES == ("cuda_graph", "cudnn")
-    assert COMPILE_MODES == {"torch_compile": "default", "torch_compile_reduce_overhead": "reduce-overhead"}
+    assert BASELINE_MODES == tuple(m.name for m in modes.MODES if m.baseline)
+    assert COMPILE_MODES == {m.name: m.compile for m in modes.MODES if m.compile}
