@@ -564,7 +564,7 @@ def test_make_tables(tree, tmp_path):
     figures, report and record, and what it logs."""
     import logging
 
-    from l1bench import freshness
+    from l1bench import tables_inputs
     from l1bench.aggregate.tables import make_tables
     from l1bench.log import FORMAT_NAMED, setup_logging
 
@@ -598,29 +598,29 @@ def test_make_tables(tree, tmp_path):
     # the record of what they read: the results (every input exists in a run), not the stale marker
     inputs = {"meta": metas, "check": checks, "time": [t for t in times if Path(t).exists()],
               "stale": str(tmp_path / "stale/tables.x.txt")}
-    make_tables(inputs, {k: str(v) for k, v in outputs.items()} | {"record": str(out / freshness.RECORD)}, "h100",
+    make_tables(inputs, {k: str(v) for k, v in outputs.items()} | {"record": str(out / tables_inputs.RECORD)}, "h100",
                 ceiling=50.0)
-    record = json.loads((out / freshness.RECORD).read_text())
+    record = json.loads((out / tables_inputs.RECORD).read_text())
     assert record["inputs"] == len(inputs["meta"] + inputs["check"] + inputs["time"])
-    assert record["params"] == freshness.table_params("h100", 50.0, None) == {"device": "h100", "ceiling": 50.0}
+    assert record["params"] == tables_inputs.table_params("h100", 50.0, None) == {"device": "h100", "ceiling": 50.0}
 
 
 def test_the_tables_params_are_the_plans(tmp_path, monkeypatch):
-    """What the tables record as their parameters (freshness.table_params of the aggregate rule's
+    """What the tables record as their parameters (tables_inputs.table_params of the aggregate rule's
     params, the plan's aggregate_params: every keyword of make_tables) is what the run's plan
     compares them with, for the default config and other tolerances."""
     import inspect
 
     import yaml
 
-    from l1bench import freshness
+    from l1bench import tables_inputs
     from l1bench.aggregate.tables import make_tables
     from l1bench.runplan import RunPlan
 
     config = yaml.safe_load((ROOT / "config/config.yaml").read_text()) | {"device": "h100"}
     monkeypatch.chdir(tmp_path)  # no release on disk: nothing to load
     for tolerances in (config.get("tolerances"), [1e-2, 1e-3], None):
-        want = freshness.table_params("h100", config["detectors"]["speedup_ceiling"], tolerances)
+        want = tables_inputs.table_params("h100", config["detectors"]["speedup_ceiling"], tolerances)
         run = RunPlan(config | {"tolerances": tolerances})
         assert run.table_params() == want and run.aggregate_params()["tolerances"] == tolerances
     assert set(run.aggregate_params()) == set(inspect.signature(make_tables).parameters) - {"inputs", "out"}

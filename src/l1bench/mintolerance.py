@@ -62,7 +62,7 @@ def from_json(t) -> float:
 
 
 def table_param(tolerances) -> dict:
-    """The tolerances among the parameters that shape the tables (l1bench.freshness): none
+    """The tolerances among the parameters that shape the tables (l1bench.tables_inputs): none
     when they are the default, so tables made before the key existed stay current."""
     if tolerances is None or sorted(tolerances) == sorted(DEFAULT_TOLERANCES):
         return {}

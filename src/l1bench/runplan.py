@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 
-from l1bench import attempts, fetch, freshness, plan, preflight, staleness
+from l1bench import attempts, fetch, plan, preflight, staleness, tables_inputs
 from l1bench import release as rel
 from l1bench.io import logs_dir
 from l1bench.results import STAGE
@@ -46,7 +46,7 @@ class RunPlan:
         self.gpu_slots_total = plan.resource_value(gpu_slots)
         # cores a check or time job takes (none on a GPU, where `gpu` sets how many are in flight)
         self.evaluation_threads = plan.evaluation_threads(self.is_demo)
-        self.tables_record = f"{self.results}/{freshness.RECORD}"
+        self.tables_record = f"{self.results}/{tables_inputs.RECORD}"
         # the cross-release page (rule transfer_report, l1bench.aggregate.transfer)
         self.transfer_outputs = [f"{config['results_dir']}/{page}" for page in ("transfer.md", "figures/transfer.png")]
         # what identifies the release content: a param of every evaluation job
@@ -124,9 +124,9 @@ class RunPlan:
                 "tolerances": c["tolerances"], "paper_tolerance": [c["paper"]["atol"], c["paper"]["rtol"]]}
 
     def table_params(self) -> dict:
-        """The parameters the tables record (freshness.table_params of :meth:`aggregate_params`)."""
+        """The parameters the tables record (tables_inputs.table_params of :meth:`aggregate_params`)."""
         p = self.aggregate_params()
-        return freshness.table_params(p["device"], p["ceiling"], p["tolerances"])
+        return tables_inputs.table_params(p["device"], p["ceiling"], p["tolerances"])
 
     # ---------------------------------------------------------------- the evaluation jobs
 

@@ -27,7 +27,7 @@ from collections.abc import Iterable, Mapping
 from functools import cached_property
 from pathlib import Path
 
-from l1bench import fetch, freshness, split
+from l1bench import fetch, split, tables_inputs
 from l1bench import release as rel
 from l1bench.results import STAGE, STAGES
 from l1bench.snippet import sha256_text
@@ -238,7 +238,7 @@ class Judge:
     def tables_reason(self, outputs, results, record, digest) -> str | None:
         """Why the tables are to be made again, None when they are current. ``outputs``: the
         tables' files; ``results``: the evaluation results they read; ``record``: the
-        freshness record; ``digest``: a callable giving the current inputs' digest (None when
+        tables' record; ``digest``: a callable giving the current inputs' digest (None when
         it cannot be known before the run)."""
         if any(not Path(p).exists() for p in outputs):
             return None  # a missing table: Snakemake makes the tables anyway
@@ -394,7 +394,7 @@ class Reruns:
                 if data is None:
                     return None
                 contents.append((path, data))
-        return freshness.digest_contents(self.results, contents, self.run.table_params())
+        return tables_inputs.digest_contents(self.results, contents, self.run.table_params())
 
     @cached_property
     def _release_by_tid(self) -> dict[str, rel.Task]:

@@ -2,7 +2,7 @@
 
 ``scripts/aggregate_results.py`` passes the rule's named inputs and outputs and its parameters to
 :func:`make_tables`; what the tables were made from is recorded beside them
-(:mod:`l1bench.freshness`, with :func:`l1bench.freshness.table_params`).
+(:mod:`l1bench.tables_inputs`, with :func:`l1bench.tables_inputs.table_params`).
 
 Inputs (each a list of paths): ``meta`` (the tasks' meta.json), ``check``, ``time``, and, where
 present, ``scan`` (reference scans), ``extension_failures``, ``run_spread`` and
@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from l1bench import codescan, extensions, freshness
+from l1bench import codescan, extensions, tables_inputs
 from l1bench.io import atomic_path, atomic_write_text
 
 from . import tolerance, transfer
@@ -141,7 +141,8 @@ def make_tables(
     if out.get("record"):
         # what the tables read (not the stale marker that made this run re-render them)
         read = [p for name, paths in inputs.items() if name != "stale" for p in as_list(paths)]
-        freshness.write_record(out["record"], report_dir, read, freshness.table_params(device, ceiling, tolerances))
+        params = tables_inputs.table_params(device, ceiling, tolerances)
+        tables_inputs.write_record(out["record"], report_dir, read, params)
     counts = status_counts(df)
     if len(counts):
         tot = counts[["measured", "failed", "not_run", "missing"]].sum()

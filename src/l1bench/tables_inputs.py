@@ -48,7 +48,7 @@ def write_record(path: str | Path, res: str | Path, paths, params: dict) -> str:
     paths = list(paths)
     sha = digest(res, paths, params)
     record = {
-        "about": "what the tables beside this file were made from (l1bench.freshness)",
+        "about": "what the tables beside this file were made from (l1bench.tables_inputs)",
         "inputs": len(paths),
         "params": params,
         "sha256": sha,
