@@ -284,7 +284,7 @@ def no_worker_needed(
     given as a function of no arguments: it is called only when the decision needs it (a
     caller reads files only for what decides).
 
-    The one decision behind the worker (``run``, ``upstream_status``), l1bench.job
+    The one decision behind the worker (``run``, :func:`carried_forward`), l1bench.job
     (the results it writes without starting the worker) and the workflow's GPU guard
     (l1bench.preflight.decided_without_gpu, called from l1bench.hooks).
     """
