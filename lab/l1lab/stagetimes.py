@@ -282,7 +282,7 @@ def task_workers(rows, span_s: float | None = None) -> str | None:
 def later_workers(served) -> list[tuple[str, str]]:
     """(task, stage of the step that opened it) for every worker of a task after its first.
     A task gets another worker when its next step comes after the last one idled out
-    (60 s, ``l1bench.timing.taskworker.IDLE_S``) or retired; each pays CUDA's start and its first kernels
+    (60 s, ``l1bench.pool.client.IDLE_S``) or retired; each pays CUDA's start and its first kernels
     again (a 41-task slice on 2026-12-04: 34 later workers in 26 tasks, 19 of them opened by the strict step)."""
     first_steps = {}
     for r in served:
@@ -347,7 +347,7 @@ def processes_by_memory(rows, lines, idle_s: float = 60.0, top: float = 0.05) ->
     sampler's ``lines`` (one a second) in the run's span, the mean number of one-shot worker
     processes running a check or time step, of task workers running a step, and of
     task workers idle (counted live until ``idle_s`` after their last step, their idle exit:
-    ``l1bench.timing.taskworker.IDLE_S``), in the ``top`` share of samples by memory
+    ``l1bench.pool.client.IDLE_S``), in the ``top`` share of samples by memory
     used, and in all samples. None without samples in the span."""
     one_shot, workers = [], defaultdict(list)
     for r in rows:
@@ -813,7 +813,7 @@ def allocator_peaks(rows, top: int = 3) -> str | None:
 def replay_idle_bound(rows, max_idle: int, idle_s: float = 60.0) -> dict:
     """The task workers replayed on a run's recorded steps under another idle policy:
     how many workers would have started had at most ``max_idle`` waited idle at once (0: no
-    bound, ``l1bench.timing.idle``) with an idle exit after ``idle_s``. Each step keeps
+    bound, ``l1bench.pool.idle``) with an idle exit after ``idle_s``. Each step keeps
     the start and finish it had (no feedback: fewer CUDA starts would have moved them), so the
     estimate is of the bound's first-order cost. Unbounded, with the run's own ``idle_s``, it
     gives the run's own count to within a worker or two (a worker's idle time starts after it

@@ -50,7 +50,13 @@ SETUPS = {
     "cuda_graph": "cuda_graph",
     "cudnn": "cudnn",
 }
-BASELINE_FIELD = {"cuda_graph": "cuda_graph_code", "cudnn": "cudnn_code"}
+
+def baseline_field(mode: str) -> str | None:
+    """The release field of ``mode``'s own baseline snippet (``l1bench.modes``), or None."""
+    from l1bench.modes import BY_NAME
+
+    return BY_NAME[mode].baseline
+
 
 #: The arguments the harness's own ``eval()`` passes to ``eval_pipeline``.
 PIPELINE_ARGS = {"num_correct_trials": 10, "num_perf_trials": 10, "global_n_trials": 7, "gpu_index": 0}
@@ -368,15 +374,15 @@ def run_task(task, mode: str, out_root, device: str, harness: Path, harness_sha:
     base = {"tid": tid, "mode": mode, "harness_sha256": harness_sha, "setup": SETUPS[mode]}
     if task.custom_code is None:
         res = no_run(base, "no_code", "CUDA-L1 does not yield performance boost on this task on this gpu architecture.")
-    elif mode in BASELINE_FIELD and getattr(task, BASELINE_FIELD[mode]) is None:
-        res = no_run(base, "no_baseline", f"the release has no {BASELINE_FIELD[mode]} for this task")
+    elif baseline_field(mode) and task.baselines.get(mode) is None:
+        res = no_run(base, "no_baseline", f"the release has no {baseline_field(mode)} for this task")
     else:
         ldir = log_dir(out_root, device, mode, tid)
         if ldir.exists():
             for old in ("events.jsonl", "harness_log.jsonl"):
                 (ldir / old).unlink(missing_ok=True)
         ldir.mkdir(parents=True, exist_ok=True)
-        original = getattr(task, BASELINE_FIELD[mode]) if mode in BASELINE_FIELD else task.ref_code
+        original = task.baselines[mode] if baseline_field(mode) else task.ref_code
         job = base | PIPELINE_ARGS | {
             "harness": str(Path(harness).resolve()),
             "warmup_src": task.ref_code,
