@@ -34,7 +34,7 @@ DETECTORS = {
 }
 
 
-def run(tasks, tmp_path, tid, kind, **extra):
+def run(tasks, tmp_path, tid, kind, timeout=60, **extra):
     job = {
         "kind": kind,
         "backend": "cpu",
@@ -44,7 +44,7 @@ def run(tasks, tmp_path, tid, kind, **extra):
         "params": dict(PAPER),
         "lock_dir": str(tmp_path),
     } | extra
-    return stamped(job, run_worker(job, 60, tmp_path / f"{tid}.log"))  # as the job stamps it
+    return stamped(job, run_worker(job, timeout, tmp_path / f"{tid}.log"))  # as the job stamps it
 
 
 def write(tmp_path, name, obj):
@@ -665,7 +665,10 @@ def test_warm_up_is_the_harness_call_sequence():
 
 def test_compile_mode_calls_compiled_models_only_inside_sections(tasks, tmp_path):
     check = write(tmp_path, "c.json", {"kind": "check", "status": "pass", "reason": ""})
-    res = run(tasks, tmp_path, "L1_T001", "time", check_result=check, mode="torch_compile", protocol="paper")
+    # A cold inductor cache makes this job take about 45 s on an idle two-CPU machine, and more
+    # beside the rest of the suite; the timeout is a safety net here, not what is tested.
+    res = run(tasks, tmp_path, "L1_T001", "time", timeout=600, check_result=check, mode="torch_compile",
+              protocol="paper")
     assert res["status"] == "ok" and [len(r) for r in res["ref_ms"]] == [3, 3]
     assert res["dynamo_compiles_unlocked"] is True
     assert "compile (tracing and code generation unlocked)" in res["phases"]
