@@ -202,7 +202,8 @@ def short(err, limit: int = 300) -> str:
 
 def environment(torch) -> dict:
     env = {"torch": torch.__version__, "cuda": torch.version.cuda, "host": os.uname().nodename,
-           "cpus": sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None}
+           "cpus": sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
+           "cpu_count": os.cpu_count()}
     try:
         if torch.cuda.is_available():
             env["gpu"] = torch.cuda.get_device_name(0)

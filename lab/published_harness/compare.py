@@ -70,8 +70,38 @@ def read_pass(root, mode: str) -> dict[str, dict]:
             "ext_failed": sorted({f.get("extension") or "?" for r in (res, check)
                                   for f in r.get("extension_failures") or ()}),
             "flags": sorted({f.get("flag") for r in (res, check) for f in r.get("flags") or () if f.get("flag")}),
+            "cpus": (res.get("provenance") or {}).get("cpus"),
+            "cpu_count": (res.get("provenance") or {}).get("cpu_count"),
         }
     return out
+
+
+def _cpu_ranges(cpus) -> str:
+    """[0, 1, 2, 15] → "0–2, 15"."""
+    cpus, parts = sorted(cpus), []
+    for c in cpus:
+        if parts and c == parts[-1][1] + 1:
+            parts[-1][1] = c
+        else:
+            parts.append([c, c])
+    return ", ".join(str(a) if a == b else f"{a}–{b}" for a, b in parts)
+
+
+def affinity(passes: list[dict]) -> str:
+    """How the published harness's processes were run, from each result's recorded affinity
+    (``provenance.cpus``, and ``cpu_count``, the machine's CPUs, where recorded): pinned or
+    unpinned, as the page's first lines say."""
+    recs = [r for p in passes for r in p.values() if r.get("cpus")]
+    if not recs:
+        return "the published harness's CPU affinity: not recorded"
+    sets = sorted({tuple(sorted(r["cpus"])) for r in recs})
+    counts = {r.get("cpu_count") for r in recs}
+    where = "; ".join(f"CPU{'s' if len(c) > 1 else ''} {_cpu_ranges(c)}" for c in sets)
+    if None not in counts and all(len(c) == max(counts) for c in sets):
+        return f"the published harness ran unpinned, as a user runs it: each process could use all {max(counts)} CPUs"
+    if None not in counts or all(len(c) == 1 for c in sets):
+        return f"the published harness ran pinned to {where} (each process's affinity, as recorded); a user runs it unpinned"
+    return f"the published harness's processes could use {where} (the machine's CPU count not recorded)"
 
 
 def workflow_verdict(check: dict, time_res: dict) -> str | None:
@@ -197,10 +227,12 @@ def _pair(values, statuses) -> str:
 def render(table: list[dict], summ: dict, title: str = "", labels: dict | None = None) -> str:
     labels = labels or {}
     out = [f"# {title or 'The published harness beside the workflow'}", ""]
+    if labels.get("affinity"):
+        out += [f"{labels['affinity'][0].upper()}{labels['affinity'][1:]}.", ""]
     for key in ("published", "workflow"):
         if labels.get(key):
             out.append(f"* {key}: {labels[key]}")
-    if labels:
+    if labels.get("published") or labels.get("workflow"):
         out.append("")
     pct = _pct(summ["share"]) if summ["share"] is not None else "—"
     ms = summ["median_spread"]
@@ -302,7 +334,8 @@ def main(argv=None) -> int:
     workflow = [read_pass(p, args.mode) for p in args.workflow]
     tids = [t.strip() for t in args.tasks.split(",") if t.strip()] if args.tasks else None
     table = rows(published, workflow, read_causes(args.causes), tids)
-    labels = {"published": ", ".join(args.published), "workflow": ", ".join(args.workflow)}
+    labels = {"published": ", ".join(args.published), "workflow": ", ".join(args.workflow),
+              "affinity": affinity(published)}
     text = render(table, summary(table), args.title or f"The published harness beside the workflow ({args.mode})",
                   labels)
     if args.figure:

@@ -155,7 +155,8 @@ def main(argv=None) -> int:
     passes = {"a": [compare.read_pass(p, args.mode) for p in args.unpinned],
               "b": [compare.read_pass(p, args.mode) for p in args.pinned],
               "c": [compare.read_pass(p, args.mode) for p in args.workflow]}
-    text = render(rows(passes, bound=host_bound(args.workflow, args.mode)), args.title, args.line)
+    recorded = [f"* a: {compare.affinity(passes['a'])}.", f"* b: {compare.affinity(passes['b'])}."]
+    text = render(rows(passes, bound=host_bound(args.workflow, args.mode)), args.title, recorded + args.line)
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(args.out).with_name(f".{Path(args.out).name}.tmp")

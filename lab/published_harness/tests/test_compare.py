@@ -126,3 +126,27 @@ def test_an_evidence_page_is_what_compare_makes_of_its_trees(tmp_path, monkeypat
     compare.main(["--published", *trees[0], "--workflow", *trees[1], *extra, "--title", title, "--out", str(page),
                   "--figure", str(tmp_path / f"side_by_side-2026-12-06-h100-{version}.png")])
     assert page.read_text() == (evidence / f"SIDE_BY_SIDE-2026-12-06-h100-{version}.md").read_text()
+
+
+def test_the_page_says_first_whether_the_published_harness_was_pinned(trees, tmp_path):
+    def page():
+        out = tmp_path / "SIDE.md"
+        compare.main(["--published", str(trees[0]), str(trees[1]), "--workflow", str(trees[2]), str(trees[3]),
+                      "--out", str(out)])
+        return out.read_text().splitlines()
+
+    assert page()[2] == "The published harness's CPU affinity: not recorded."
+    for root in trees[:2]:
+        for path in (root / "h100" / "time" / "paper" / "default").glob("*.json"):
+            res = json.loads(path.read_text())
+            path.write_text(json.dumps(res | {"provenance": {"cpus": [15]}}))
+    assert page()[2] == ("The published harness ran pinned to CPU 15 (each process's affinity, as recorded); "
+                         "a user runs it unpinned.")
+    for root in trees[:2]:
+        for path in (root / "h100" / "time" / "paper" / "default").glob("*.json"):
+            res = json.loads(path.read_text())
+            path.write_text(json.dumps(res | {"provenance": {"cpus": list(range(16)), "cpu_count": 16}}))
+    assert page()[2] == "The published harness ran unpinned, as a user runs it: each process could use all 16 CPUs."
+    assert compare.affinity([{"t": {"cpus": [8, 9, 10, 15], "cpu_count": 16}}]) == (
+        "the published harness ran pinned to CPUs 8–10, 15 (each process's affinity, as recorded); "
+        "a user runs it unpinned")

@@ -62,7 +62,8 @@ def test_the_page_splits_by_host_bound_and_marks_gaps_beyond_the_spreads(trees, 
             "--workflow", str(trees["c1"]), str(trees["c2"]), "--line", "* seed 1", "--out", str(out)]
     assert threeway.main(args) == 0
     text = out.read_text()
-    assert "* seed 1" in text
+    assert text.splitlines()[2:5] == ["* a: the published harness's CPU affinity: not recorded.",
+                                      "* b: the published harness's CPU affinity: not recorded.", "* seed 1"]
     summary = {line.split(" | ")[0].strip("| "): line for line in text.splitlines() if line.startswith("| ")}
     assert summary["all"].startswith("| all | 4 |") and "| 2 of 3 |" in summary["all"]
     assert summary["host-bound"].startswith("| host-bound | 1 |") and "L1_T091" in summary["host-bound"]
