@@ -89,8 +89,8 @@ def _no_scratch_folder_left(monkeypatch):
     (``TMPDIR``; short, for the task workers' unix sockets), removed after it, so that no test
     leaves files in the machine's temp folder and tests running side by side (xdist, the SLURM
     test) never see each other's; a job script's scratch folder left there by a process that is
-    gone fails the test (``helpers.scratch_left``). A test that kills a job script on purpose
-    points that script's ``TMPDIR`` at its tmp_path."""
+    gone fails the test (``helpers.scratch_left``; a stop signal removes it, a SIGKILL cannot). A
+    test that SIGKILLs a job script on purpose points that script's ``TMPDIR`` at its tmp_path."""
     import shutil
     import tempfile
 

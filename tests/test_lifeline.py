@@ -147,6 +147,30 @@ def test_a_scratch_folder_left_by_a_killed_job_script_is_found(tmp_path):
     assert scratch_left(tmp_path, before={left}) == []
 
 
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP])
+def test_a_stop_signal_removes_the_job_scripts_scratch_folder_and_still_ends_it(tmp_path, sig):
+    """A cluster's cancel or requeue sends SIGTERM: the job script removes its scratch folder and
+    ends by the signal, as it did before (no result; its worker ends with it)."""
+    code = (
+        "import time\n"
+        "from l1bench.pool import runner\n"
+        "runner.remove_scratch_on_stop()\n"
+        "with runner.scratch_folder() as tmp:\n"
+        "    print(tmp, flush=True)\n"
+        "    time.sleep(60)\n"
+    )
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True,
+                            env=dict(os.environ, TMPDIR=str(tmp_path)))
+    try:
+        scratch = Path(proc.stdout.readline().strip())
+        assert scratch.is_dir() and scratch.parent == tmp_path
+        proc.send_signal(sig)
+        assert proc.wait(30) == -sig
+        assert not scratch.exists()
+    finally:
+        proc.kill()
+
+
 def test_a_job_stops_when_its_workflow_is_gone(tasks, tmp_path, monkeypatch):
     """The Snakemake process ends (kill -9): a running job stops its worker at once and ends
     without a result, as a stop, not as a broken attempt (JobFailed)."""

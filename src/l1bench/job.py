@@ -329,5 +329,7 @@ def name_a_full_disk(main: Callable[[JobSpec], None], spec: JobSpec) -> None:
 
 
 def main(spec: JobSpec) -> None:
-    """The job script's entry: :func:`run`, a full disk named in one line."""
+    """The job script's entry: :func:`run`, a full disk named in one line; a stop signal leaves
+    no scratch folder behind."""
+    runner.remove_scratch_on_stop()
     name_a_full_disk(run, spec)

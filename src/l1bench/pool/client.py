@@ -39,7 +39,7 @@ from l1bench.pool.runner import (
     exit_text,
     job_error,
     overdue,
-    scratch_prefix,
+    scratch_folder,
     worker_env,
 )
 from l1bench.pool.server import foreign_uid, read_line
@@ -289,8 +289,7 @@ def run_in_task_worker(
     name, token = worker_name(home, job["tid"], allocation), lifeline.workflow_token()
     if not lifeline.alive(token):  # stopped before it began: no worker is started for it
         raise job_error(job["tid"], WorkflowGone, timeout, section_timeout)
-    scratch = tempfile.TemporaryDirectory(prefix=scratch_prefix())
-    with StepLock(home / f"{job['tid']}.lock") as step_lock, scratch as tmp:
+    with StepLock(home / f"{job['tid']}.lock") as step_lock, scratch_folder() as tmp:
         out_path, status = Path(tmp) / "result.json", Path(tmp) / "lock-status.json"
         with open(log_path, "a") as log:
             sock, hello = connect(name, job, dict(env or {}), home / f"{job['tid']}.log", idle_s, log, max_idle,

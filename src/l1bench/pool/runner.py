@@ -10,11 +10,14 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from l1bench import lifeline
@@ -62,6 +65,39 @@ def scratch_prefix() -> str:
     return f"l1bench-{os.getpid()}-"
 
 
+#: This process's scratch folders in use (:func:`scratch_folder`), removed by a stop signal.
+_SCRATCH: set[str] = set()
+
+
+@contextmanager
+def scratch_folder() -> Iterator[str]:
+    """A job script's scratch folder (:func:`scratch_prefix`), removed when the block ends, or
+    when a stop signal ends the job script (:func:`remove_scratch_on_stop`)."""
+    with tempfile.TemporaryDirectory(prefix=scratch_prefix()) as tmp:
+        _SCRATCH.add(tmp)
+        try:
+            yield tmp
+        finally:
+            _SCRATCH.discard(tmp)
+
+
+def remove_scratch_on_stop(signals=(signal.SIGTERM, signal.SIGHUP)) -> None:
+    """Make a stop signal (a cluster's cancel or requeue, a terminal closing) remove this job
+    script's scratch folders before it ends the process by that signal, as it would have without
+    the handler: no result, the worker ended by its guard. Signals with a handler already are
+    left as they are. Call from the main thread."""
+
+    def handler(signum, frame):
+        for path in list(_SCRATCH):
+            shutil.rmtree(path, ignore_errors=True)
+        signal.signal(signum, signal.SIG_DFL)
+        os.kill(os.getpid(), signum)
+
+    for sig in signals:
+        if signal.getsignal(sig) == signal.SIG_DFL:
+            signal.signal(sig, handler)
+
+
 def run_worker(
     job: dict, timeout: float, log_path, env: dict | None = None, section_timeout: float | None = None
 ) -> dict:
@@ -73,7 +109,7 @@ def run_worker(
     infrastructure failure reported by the worker; :class:`JobStopped` once the workflow that
     started this job is gone. If this process dies, the child dies with it.
     """
-    with tempfile.TemporaryDirectory(prefix=scratch_prefix()) as tmp:
+    with scratch_folder() as tmp:
         job_path, out_path = Path(tmp) / "job.json", Path(tmp) / "result.json"
         lock_status = Path(tmp) / "lock-status.json"
         # Snippets may write build folders relative to the working directory: give them
