@@ -100,7 +100,8 @@ def affinity(passes: list[dict]) -> str:
     if None not in counts and all(len(c) == max(counts) for c in sets):
         return f"the published harness ran unpinned, as a user runs it: each process could use all {max(counts)} CPUs"
     if None not in counts or all(len(c) == 1 for c in sets):
-        return f"the published harness ran pinned to {where} (each process's affinity, as recorded); a user runs it unpinned"
+        return (f"the published harness ran pinned to {where} (each process's affinity, as recorded); "
+                "a user runs it unpinned")
     return f"the published harness's processes could use {where} (the machine's CPU count not recorded)"
 
 
