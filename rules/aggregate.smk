@@ -72,11 +72,13 @@ rule transfer_report:
         figure=PLAN.transfer_outputs[1],
     log:
         f"{LOGS}/transfer_report.log",
+    params:
+        tolerances=PLAN.aggregate_params()["tolerances"],
     conda:
         "../envs/environment.yaml"
     shell:
         "python -m l1bench.aggregate.transfer --out {output.page} --figure {output.figure}"
-        " {input.scores} 2> {log}"
+        " {input.scores} --tolerances {params.tolerances} 2> {log}"
 
 
 # A task selection (config slice_reports: YAML files with a tasks: list) measured next to

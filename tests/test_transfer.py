@@ -147,3 +147,30 @@ def test_the_release_tables_say_where_published_and_where_measured():
     assert line not in agg.render_summary_markdown(df)
     report = agg.render_report(df, {"device": "h100", "transfer": note}, [], {})
     assert line in report.split("## Environment")[0] and "| transfer" not in report
+
+
+def test_the_page_names_per_release_the_tasks_that_pass_only_at_the_looser_tolerance(tmp_path):
+    """From each tree's check results (min_tolerance per trial, beside its scores.csv): pass rates
+    at 1e-2 and 1e-4 and the tasks that pass at 1e-2 only."""
+    import json
+
+    checks = {  # release: {tid: (status, min_tolerance per trial)}
+        "h100": {"L1_T001": ("pass", [1e-6, 2e-6]), "L1_T002": ("pass", [3e-3, 1e-6]), "L1_T003": ("incorrect", [0.5])},
+        "a100": {"L1_T001": ("pass", [1e-6]), "L1_T002": ("pass", [1e-5]), "L1_T003": ("pass", [5e-5])},
+        "l40": {"L1_T001": ("pass", None)},  # checked before the record existed
+    }  # fmt: skip
+    for release, tasks in checks.items():
+        (tmp_path / release / "check").mkdir(parents=True)
+        TREES[release].to_csv(tmp_path / release / "scores.csv", index=False)
+        for tid, (status, trials) in tasks.items():
+            res = {"tid": tid, "status": status, "min_tolerance": trials, "params": {"correctness_trials": 2}}
+            (tmp_path / release / "check" / f"{tid}.json").write_text(json.dumps(res))
+    out = tmp_path / "transfer.md"
+    scores = [str(tmp_path / r / "scores.csv") for r in checks]
+    assert tr.main(["--out", str(out), "--figure", str(tmp_path / "t.png"), *scores]) == 0
+    section = out.read_text().split("## Tasks that pass only at the looser tolerance")[1].split("\n## ")[0]
+    rows = {line.split("|")[1].strip(): [c.strip() for c in line.split("|")[2:-1]]
+            for line in section.splitlines() if line.startswith("| ") and "Release" not in line}
+    assert rows["h100"] == ["2/3 (66.7%)", "1/3 (33.3%)", "1", "L1_T002"]
+    assert rows["a100"] == ["3/3 (100.0%)", "3/3 (100.0%)", "0", "none"]
+    assert rows["l40"][0].startswith("not recorded") and rows["l40"][2:] == ["–", "–"]

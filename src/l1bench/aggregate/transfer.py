@@ -21,8 +21,10 @@ from pathlib import Path
 
 import pandas as pd
 
+from ..mintolerance import DEFAULT_TOLERANCES
 from ..release import GPU_DEVICES
 from ..results import AGREEMENT, FAILED_STATUSES, Status
+from . import tolerance
 from .conventions import NA
 from .markdown import fmt, md_table, timing_version_sentence
 
@@ -75,6 +77,13 @@ def load_trees(paths, releases=GPU_DEVICES) -> dict[str, pd.DataFrame]:
     and those of other trees, such as the demo's, are left out), in release order."""
     found = {Path(p).parent.name: Path(p) for p in paths if Path(p).is_file()}
     return {r: pd.read_csv(found[r], dtype={"tid": str}) for r in releases if r in found}
+
+
+def load_checks(paths, releases=GPU_DEVICES) -> dict[str, dict[str, dict]]:
+    """Each release tree's check results (``<release>/check/*.json`` beside its ``scores.csv``),
+    as :func:`l1bench.aggregate.tolerance.load_checks` reads them."""
+    found = {Path(p).parent.name: Path(p).parent for p in paths if Path(p).is_file()}
+    return {r: tolerance.load_checks(sorted((found[r] / "check").glob("*.json"))) for r in releases if r in found}
 
 
 def _rows(df: pd.DataFrame) -> pd.DataFrame:
@@ -223,6 +232,32 @@ def _rank_lines(trees) -> list[str]:
     ]
 
 
+def _tolerance_lines(checks: dict[str, dict[str, dict]], tolerances) -> list[str]:
+    """Per release: the pass rates at the loosest and the strictest tolerance, from the trials
+    each check recorded, and the tasks that pass only at the loosest."""
+    ts = sorted({float(t) for t in tolerances}, reverse=True)
+    if len(ts) < 2 or not checks:
+        return ["Needs two tolerances and a release measured here.", ""]
+    loose, strict = ts[0], ts[-1]
+    rows = []
+    for release, c in checks.items():
+        recorded = any(v.get("trials") is not None for v in c.values())
+        only = tolerance.pass_only_looser(c, loose, strict) if recorded else []
+        rates = [tolerance.rate_text(tolerance.pass_counts(c, t)) if recorded else tolerance.NOT_RECORDED
+                 for t in (loose, strict)]
+        named = ", ".join(only) or ("none" if recorded else NA)
+        rows.append([release, *rates, str(len(only)) if recorded else NA, named])
+    return [
+        f"Each check records, per correctness trial, the smallest tolerance t at which `allclose(atol=t, rtol=t)` "
+        f"passes; a task passes at t when all its trials do. Pass rates at {loose:g} and {strict:g} per release "
+        "(pool: the tasks whose check ran their code), and the tasks that pass only at the looser one.",
+        "",
+        md_table(rows, ["Release", f"Pass at {loose:g}", f"Pass at {strict:g}", f"Only at {loose:g}", "Tasks"],
+                 ["left", "right", "right", "right", "left"]),
+        "",
+    ]
+
+
 def _cell(score, status, best: bool) -> str:
     if isinstance(score, float) and math.isfinite(score):
         return f"**{fmt(score)}**" if best else fmt(score)
@@ -238,8 +273,10 @@ def _task_rows(scores: pd.DataFrame, status: pd.DataFrame) -> list[list[str]]:
     return rows
 
 
-def render(trees: dict[str, pd.DataFrame], figure: str | None = None, releases=GPU_DEVICES) -> str:
-    """The page's markdown. ``figure``: its path relative to the page."""
+def render(trees: dict[str, pd.DataFrame], figure: str | None = None, releases=GPU_DEVICES,
+           checks: dict[str, dict[str, dict]] | None = None, tolerances=DEFAULT_TOLERANCES) -> str:
+    """The page's markdown. ``figure``: its path relative to the page; ``checks``: each release
+    tree's check results (:func:`load_checks`) for the tolerance section."""
     gpu = page_gpu(trees)
     here = {r: df for r, df in trees.items() if measured_gpu(df) == gpu}
     scores, status = score_table(here)
@@ -269,6 +306,8 @@ def render(trees: dict[str, pd.DataFrame], figure: str | None = None, releases=G
     else:
         rows = [[tid, *differ.loc[tid].tolist()] for tid in differ.index]
         lines += [md_table(rows, ["Task", *differ.columns]), ""]
+    lines += ["## Tasks that pass only at the looser tolerance", ""]
+    lines += _tolerance_lines({r: c for r, c in (checks or {}).items() if r in here}, tolerances)
     if figure:
         lines += [f"![Measured against published, and the fastest release per task]({figure})", ""]
     lines += [
@@ -329,11 +368,13 @@ def main(argv=None) -> int:
     ap.add_argument("scores", nargs="*", help="the release trees' scores.csv (results/<release>/scores.csv)")
     ap.add_argument("--out", required=True, help="the page (markdown)")
     ap.add_argument("--figure", required=True, help="the figure (png)")
+    ap.add_argument("--tolerances", nargs="+", type=float, default=list(DEFAULT_TOLERANCES),
+                    help="the correctness tolerances compared (config tolerances)")
     args = ap.parse_args(argv)
     trees = load_trees(args.scores)
     plot(trees, args.figure)
     figure = Path(os.path.relpath(args.figure, Path(args.out).parent)).as_posix()
-    atomic_write_text(args.out, render(trees, figure))
+    atomic_write_text(args.out, render(trees, figure, checks=load_checks(args.scores), tolerances=args.tolerances))
     return 0
 
 
