@@ -229,6 +229,8 @@ def _time(tid, level, task, mode, status="ok", score=None, protocol="paper", fla
             "started": "2025-01-02T03:04:05Z",
             "finished": "2025-01-02T03:05:05Z",
             "wall_s": 60.0,
+            "host": "node1",
+            "gpu_uuid": "GPU-5e0c",
         },
     }
 
@@ -419,16 +421,31 @@ def _check_table(lines, n_rows):
     assert len(lines) - 2 == n_rows
 
 
+def test_machines_count_gpus_by_uuid_and_say_where_none_is_recorded():
+    rows = [("paper", "default", "ok", "GPU-1", "n1"), ("paper", "default", "ok", "GPU-2", "vm"),
+            ("paper", "default", "ok", None, "vm"), ("paper", "cudnn", "ok", None, "vm"),
+            ("strict", "default", "incorrect", None, None)]
+    df = pd.DataFrame(rows, columns=["protocol", "mode", "status", "gpu_uuid", "host"]).assign(device="h100")
+    assert agg.stats.machine_counts(df) == [("paper", "default", 3, 2, 1, "n1, vm"), ("paper", "cudnn", 1, 0, 1, "vm")]
+    text = "\n".join(agg.markdown.machines_lines(df)).replace(" ", "")
+    assert "|paper|Default|3|2|1|n1,vm|" in text and "|paper|cuDNN|1|notrecorded|1|vm|" in text
+    assert "|none(CPU)|" in "\n".join(agg.markdown.machines_lines(df.assign(device="demo"))).replace(" ", "")
+
+
 def test_render_summary_markdown(tree):
     df = agg.load_results(*tree)
     md = agg.render_summary_markdown(df)
     tables = _tables(md)
-    # what was timed, status table, flags, paper scores without stalls, (paper: default, cuda_graph),
-    # (strict: default)
-    assert len(tables) == 7
+    # what was timed, machines, status table, flags, paper scores without stalls, (paper: default,
+    # cuda_graph), (strict: default)
+    assert len(tables) == 8
     assert "| Scores |" in tables[0][0].replace("  ", "") and "PyTorch fallback" in tables[0][0]
     _check_table(tables[0], 3)
-    tables = tables[1:]
+    machines = tables[1]
+    _check_table(machines, 3)
+    assert machines[0].replace(" ", "").startswith("|Protocol|Mode|Scores|GPUs(byUUID)|ScoreswithoutaGPUUUID|Hosts|")
+    assert all(line.replace(" ", "").endswith("|1|0|node1|") for line in machines[2:]), machines
+    tables = tables[2:]
     _check_table(tables[0], 3)
     assert tables[1][0].startswith("| Flag") and tables[2][0].startswith("| Mode")
     tables = tables[:1] + tables[3:]

@@ -71,6 +71,9 @@ COLUMNS = [
     # empty where the result records no launches; what the score's custom code ran (TIMED_GROUPS)
     "host_bound",
     "timed",
+    # the machine the result was timed on: its host's name and its GPU's UUID (summary.md's Machines)
+    "host",
+    "gpu_uuid",
 ]
 
 #: What a score times, its ``timed`` group (:func:`.stats.timed_group`), in display order. Host-bound

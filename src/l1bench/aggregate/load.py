@@ -193,4 +193,6 @@ def _row(tid, mode, proto, meta: dict, check: dict, t: dict | None) -> dict:
         "timing_version": timing_version(t) if status == Status.OK else None,
         "host_bound": math.nan if sides is None else float(host_bound),
         "timed": None,  # what the custom code ran: annotate.add_timed
+        "host": prov.get("host"),
+        "gpu_uuid": prov.get("gpu_uuid"),
     }

@@ -30,6 +30,8 @@ from .stats import (
     _protocols,
     _select,
     flag_counts,
+    machine_counts,
+    on_cpu,
     stall_sensitivity,
     status_counts,
     summary_table,
@@ -242,6 +244,18 @@ def what_was_timed_lines(df) -> list[str]:
     ]
 
 
+def machines_lines(df) -> list[str]:
+    """summary.md's section: how many machines each protocol and mode's scores came from."""
+    unknown = "none (CPU)" if on_cpu(df) else "not recorded"
+    rows = [[p, _mode_label(m), n, gpus or unknown, none, hosts] for p, m, n, gpus, none, hosts in machine_counts(df)]
+    if not rows:
+        return []
+    return ["## Machines", "", "The machines each protocol and mode's scores were timed on: GPUs told apart by "
+            "their UUID (recorded by each result from version 0.5.0 on), and the hosts' names.", "",
+            md_table(rows, ["Protocol", "Mode", "Scores", "GPUs (by UUID)", "Scores without a GPU UUID", "Hosts"],
+                     ["left", "left", "right", "right", "right", "left"]), ""]
+
+
 def render_summary_markdown(df, note: str | None = None) -> str:
     """Per protocol and mode: published next to measured, per level and overall. ``note``: a
     sentence under the first paragraph (where the release was published and measured)."""
@@ -258,6 +272,7 @@ def render_summary_markdown(df, note: str | None = None) -> str:
         *([f"**{note[0].upper()}{note[1:]}.**", ""] if note else []),
         *([f"**{timing}**", ""] if (timing := timing_version_sentence(df)) else []),
         *what_was_timed_lines(df),
+        *machines_lines(df),
         "## Task counts",
         "",
         "*Failed* = ran but did not produce a valid score (compile/load/runtime error, incorrect output, "

@@ -16,6 +16,7 @@ from ..results import AGREEMENT, Status
 from .conventions import (
     MISSING,
     MISSING_AS_ONE,
+    NA,
     SPEEDUP_THRESHOLD,
     STAT_ROWS,
     TIMED_GROUPS,
@@ -209,6 +210,21 @@ def timing_version_counts(df) -> list[tuple[int | None, int, str]]:
     for v in sorted({v for v, _ in pairs}, key=lambda v: 1 if v is None else -v):
         gpus = sorted({g for w, g in pairs if w == v and isinstance(g, str) and g})
         out.append((v, sum(w == v for w, _ in pairs), ", ".join(gpus) or ("CPU" if on_cpu(df) else "no GPU recorded")))
+    return out
+
+
+def machine_counts(df) -> list[tuple[str, str, int, int, int, str]]:
+    """Per protocol x mode with scores: (protocol, mode, scores, GPUs told apart by their UUID,
+    scores whose result records no GPU UUID, the hosts' names)."""
+    out = []
+    for proto in _protocols(df):
+        for mode in _modes(df):
+            ok = df[(df["protocol"] == proto) & (df["mode"] == mode) & (df["status"] == Status.OK)]
+            if ok.empty:
+                continue
+            uuids, hosts = (ok.get(c, pd.Series(None, index=ok.index, dtype=object)) for c in ("gpu_uuid", "host"))
+            out.append((proto, mode, len(ok), uuids.dropna().nunique(), int(uuids.isna().sum()),
+                        ", ".join(sorted(hosts.dropna().astype(str).unique())) or NA))
     return out
 
 
