@@ -72,10 +72,10 @@ rule transfer_report:
         figure=PLAN.transfer_outputs[1],
     log:
         f"{LOGS}/transfer_report.log",
-    params:
-        tolerances=PLAN.aggregate_params()["tolerances"],
     conda:
         "../envs/environment.yaml"
+    params:
+        tolerances=PLAN.aggregate_params()["tolerances"],
     shell:
         "python -m l1bench.aggregate.transfer --out {output.page} --figure {output.figure}"
         " {input.scores} --tolerances {params.tolerances} 2> {log}"
