@@ -24,7 +24,8 @@ NOT_RECORDED = "not recorded (needs a check run)"
 
 PASS, FAIL, UNKNOWN, UNRECORDED = "pass", "fail", "unknown", "unrecorded"
 
-__all__ = ["NOT_RECORDED", "load_checks", "pass_counts", "sections", "table_param", "verdict_at"]
+__all__ = ["NOT_RECORDED", "any_record", "load_checks", "pass_counts", "pass_rate", "sections", "table_param",
+           "verdict_at"]
 
 
 def load_checks(paths) -> dict[str, dict]:
@@ -99,9 +100,15 @@ def pass_only_looser(checks: dict[str, dict], looser: float, stricter: float) ->
     return sorted(tid for tid, c in checks.items() if verdict_at(c, looser) == PASS and verdict_at(c, stricter) == FAIL)
 
 
-def _any_record(checks: dict[str, dict]) -> bool:
+def any_record(checks: dict[str, dict]) -> bool:
     """Whether any check recorded its trials (else every rate is :data:`NOT_RECORDED`)."""
     return any(c.get("trials") is not None for c in checks.values())
+
+
+def pass_rate(checks: dict[str, dict], t: float) -> str:
+    """The pass rate at ``t`` as the tables write it (:func:`rate_text`), :data:`NOT_RECORDED`
+    when no check recorded its trials."""
+    return rate_text(pass_counts(checks, t)) if any_record(checks) else NOT_RECORDED
 
 
 def _tol(t: float) -> str:
@@ -119,12 +126,9 @@ def summary_section(checks: dict[str, dict], paper: tuple[float, float] | None, 
     passed = sum(s == Status.PASS for s in verdicts)
     paper_rate = f"{passed}/{len(verdicts)} ({passed / len(verdicts):.1%})" if verdicts else NA
     rows = [[f"the paper's check{where}: the verdict", paper_rate]]
-    recorded = _any_record(checks)
+    recorded = any_record(checks)
     rows += [
-        [
-            f"atol = rtol = {_tol(t)}, from the recorded trials",
-            rate_text(pass_counts(checks, t)) if recorded else NOT_RECORDED,
-        ]
+        [f"atol = rtol = {_tol(t)}, from the recorded trials", pass_rate(checks, t)]
         for t in sorted(tolerances, reverse=True)
     ]
     lines = [
@@ -158,7 +162,7 @@ def per_task_section(checks: dict[str, dict], tolerances) -> str:
     if not checks:
         return ""
     lines = ["## Tasks that pass only at the looser tolerance", ""]
-    if not _any_record(checks):
+    if not any_record(checks):
         return "\n".join(lines + ["Not recorded (needs a check run).", ""])
     for loose, strict in _pairs(tolerances):
         tids = pass_only_looser(checks, loose, strict)

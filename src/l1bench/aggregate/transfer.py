@@ -241,10 +241,9 @@ def _tolerance_lines(checks: dict[str, dict[str, dict]], tolerances) -> list[str
     loose, strict = ts[0], ts[-1]
     rows = []
     for release, c in checks.items():
-        recorded = any(v.get("trials") is not None for v in c.values())
+        recorded = tolerance.any_record(c)
         only = tolerance.pass_only_looser(c, loose, strict) if recorded else []
-        rates = [tolerance.rate_text(tolerance.pass_counts(c, t)) if recorded else tolerance.NOT_RECORDED
-                 for t in (loose, strict)]
+        rates = [tolerance.pass_rate(c, t) for t in (loose, strict)]
         named = ", ".join(only) or ("none" if recorded else NA)
         rows.append([release, *rates, str(len(only)) if recorded else NA, named])
     return [
