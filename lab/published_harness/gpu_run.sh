@@ -91,8 +91,8 @@ wflogs=("logs/${prefix#results/}-wf1" "logs/${prefix#results/}-wf2")
             --title "The published harness beside the workflow: $mode mode, $gpu, $(date -u +%Y-%m-%d)" ||
             echo "compare failed for $mode (the trees are in sbs.tgz)"
         if [ -n "${PIN_CPUS:-}" ]; then
-            python3 $here/threeway.py --unpinned "$prefix"-pub[12] --pinned "$prefix"-pin[12] \
-                --workflow "$prefix"-wf[12] --mode "$mode" --out "$out/THREE_WAY-$mode.md" \
+            python3 $here/threeway.py --unpinned "$prefix"-pub{1,2} --pinned "$prefix"-pin{1,2} \
+                --workflow "$prefix"-wf{1,2} --mode "$mode" --out "$out/THREE_WAY-$mode.md" \
                 --line "* $gpu, $(date -u +%Y-%m-%d); b pinned to CPU $PIN_CPUS" ||
                 echo "threeway failed for $mode (the trees are in sbs.tgz)"
         fi

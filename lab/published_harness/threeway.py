@@ -56,7 +56,9 @@ def rows(passes: dict[str, list[dict]], tol: float = compare.TOLERANCE, bound: d
     out = []
     for tid in found:
         hb = bound.get(tid) or {"sides": set(), "shares": {}}
-        row = {"tid": tid, "host_bound": bool(hb["sides"]), "bound_sides": sorted(hb["sides"]),
+        # None: no workflow result to tell (its pass not run, or the task not reached).
+        row = {"tid": tid, "host_bound": bool(hb["sides"]) if tid in bound else None,
+               "bound_sides": sorted(hb["sides"]),
                "shares": hb["shares"], "statuses": {}}
         for arm, trees in passes.items():
             got = [p.get(tid) or {} for p in trees]
@@ -107,7 +109,10 @@ def _scores(values, statuses) -> str:
 
 def render(table: list[dict], title: str, lines: list[str]) -> str:
     groups = {"all": table, "host-bound": [r for r in table if r["host_bound"]],
-              "not host-bound": [r for r in table if not r["host_bound"]]}
+              "not host-bound": [r for r in table if r["host_bound"] is False]}
+    unknown = [r for r in table if r["host_bound"] is None]
+    if unknown:
+        groups["no workflow result"] = unknown
     out = [f"# {title}", "", *lines, ""]
     out += ["| tasks | n | median spread a / b / c | c/a within ±15 % | c/a median (abs) | c/a beyond spreads "
             "| c/b within ±15 % | c/b median (abs) | c/b beyond spreads | b/a median (abs) | b/a beyond spreads |",
@@ -135,7 +140,7 @@ def render(table: list[dict], title: str, lines: list[str]) -> str:
             gaps.append(f"**{cell}**" if r[f"{name}_beyond"] else cell)
         arms = [f"{_scores(r[a], r['statuses'][a])} | {_pct(r[f'{a}_spread'])}" for a in ARMS]
         shares = " / ".join(f"{r['shares'][s]:.2f}" if s in r["shares"] else "—" for s in ("ref", "custom"))
-        bound = ", ".join(r["bound_sides"]) or "no"
+        bound = "—" if r["host_bound"] is None else ", ".join(r["bound_sides"]) or "no"
         out.append(f"| {r['tid']} | {bound} ({shares}) | {' | '.join(arms)} | {' | '.join(gaps)} "
                    f"| {', '.join(r['flags']) or '—'} |")
     return "\n".join(out) + "\n"
@@ -152,11 +157,14 @@ def main(argv=None) -> int:
     ap.add_argument("--line", action="append", default=[], help="a line under the title (repeatable)")
     ap.add_argument("--out", help="write the page here (atomically) instead of printing it")
     args = ap.parse_args(sys.argv[1:] if argv is None else argv)
-    passes = {"a": [compare.read_pass(p, args.mode) for p in args.unpinned],
-              "b": [compare.read_pass(p, args.mode) for p in args.pinned],
-              "c": [compare.read_pass(p, args.mode) for p in args.workflow]}
+    given = {"a": args.unpinned, "b": args.pinned, "c": args.workflow}
+    # A pass that a call's deadline left unrun has no tree: the page is made of the passes that ran.
+    ran = {arm: [t for t in trees if Path(t).is_dir()] for arm, trees in given.items()}
+    passes = {arm: [compare.read_pass(t, args.mode) for t in trees] for arm, trees in ran.items()}
     recorded = [f"* a: {compare.affinity(passes['a'])}.", f"* b: {compare.affinity(passes['b'])}."]
-    text = render(rows(passes, bound=host_bound(args.workflow, args.mode)), args.title, recorded + args.line)
+    recorded += [f"* {arm} ({NAMES[arm]}): not run: {', '.join(sorted(set(given[arm]) - set(trees)))}."
+                 for arm, trees in ran.items() if len(trees) < len(given[arm])]
+    text = render(rows(passes, bound=host_bound(ran["c"], args.mode)), args.title, recorded + args.line)
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(args.out).with_name(f".{Path(args.out).name}.tmp")

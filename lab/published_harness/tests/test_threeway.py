@@ -70,6 +70,23 @@ def test_the_page_splits_by_host_bound_and_marks_gaps_beyond_the_spreads(trees, 
     assert "| ref (0.95 / 0.07) |" in text and "**+29 %**" in text
 
 
+def test_a_call_cut_short_gives_the_page_of_the_passes_that_ran(trees, tmp_path):
+    """A deadline can leave a pass unrun (no tree) and the workflow's arm not reached: the page says
+    which passes did not run and puts tasks without a workflow result in a group of their own
+    instead of counting them as not host-bound."""
+    out = tmp_path / "THREE_WAY.md"
+    gone = tmp_path / "never"
+    args = ["--unpinned", str(trees["a1"]), str(gone / "a2"), "--pinned", str(trees["b1"]), str(gone / "b2"),
+            "--workflow", str(gone / "c1"), str(gone / "c2"), "--out", str(out)]
+    assert threeway.main(args) == 0
+    text = out.read_text()
+    assert f"* c (workflow): not run: {gone / 'c1'}, {gone / 'c2'}." in text
+    assert f"* a (published, unpinned): not run: {gone / 'a2'}." in text
+    summary = {line.split(" | ")[0].strip("| "): line for line in text.splitlines() if line.startswith("| ")}
+    assert summary["not host-bound"].startswith("| not host-bound | 0 |")
+    assert summary["no workflow result"].startswith("| no workflow result | 4 |")
+    assert "| L1_T091 | — (— / —) | 1.00 |" in text
+
 def test_the_sample_is_the_seeds_draw_over_the_population(tmp_path):
     sizes = {"L1_T001": {"has_code": True, "m": 1.0}, "L1_T002": {"has_code": False, "m": 1.0},
              "L1_T003": {"has_code": True, "m": 50.0}, "L1_T004": {"has_code": True, "error": "x"},
