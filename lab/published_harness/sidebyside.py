@@ -240,31 +240,33 @@ def drive(args, segment_runners=None, now=time.time) -> list[dict]:
         est.prior = est.prior | {"pub_build": 2.0}
     learn_from_timeline(est, tsv, tasks)
     for index, blk in enumerate(blocks(todo, args.block)):
-        n_build = builds(blk, tasks)
-        order = segment_order(index, args.passes, harnesses)
-        need = sum(est.seconds(program(h), len(blk), n_build, p == 1) for h, p in order)
+        # Each segment runs the block's tasks its own tree lacks: a segment an earlier call's
+        # deadline cut short leaves the other trees' results of those tasks standing.
+        order = [(h, p, missing) for h, p in segment_order(index, args.passes, harnesses)
+                 if (missing := pending(blk, args.prefix, args.device, args.modes, (p,), (h,)))]
+        need = sum(est.seconds(program(h), len(m), builds(m, tasks), p == 1) for h, p, m in order)
         left = args.deadline - now()
         if need > left:
             say(f"block {index + 1} ({', '.join(blk)}): needs ~{need:.0f} s, {left:.0f} s left: stopped here")
             timeline.append({"block": index + 1, "note": f"not started: needs ~{need:.0f} s, {left:.0f} s left"})
             break
-        for harness, pss in order:
+        for harness, pss, seg in order:
             tree = trees(args.prefix, harnesses)[(harness, pss)]
             t0 = now()
             with open(log_dir / f"{harness}{pss}-block{index + 1}.log", "a") as log:
                 if harness == "wf":
-                    runners["wf"](blk, all_tids, tree, args, args.deadline, log)
+                    runners["wf"](seg, all_tids, tree, args, args.deadline, log)
                 else:
-                    runners["pub"](blk, tree, args, args.deadline, log, cpus=cpus[harness])
+                    runners["pub"](seg, tree, args, args.deadline, log, cpus=cpus[harness])
             took = now() - t0
-            est.record(program(harness), len(blk), n_build, pss == 1, took)
-            row = {"block": index + 1, "harness": harness, "pass": pss, "tasks": ",".join(blk), "start": round(t0),
+            est.record(program(harness), len(seg), builds(seg, tasks), pss == 1, took)
+            row = {"block": index + 1, "harness": harness, "pass": pss, "tasks": ",".join(seg), "start": round(t0),
                    "end": round(now()), "seconds": round(took, 1), "note": ""}
             timeline.append(row)
             with open(tsv, "a") as fh:
                 fh.write("\t".join(str(row[k]) for k in ("block", "harness", "pass", "tasks", "start", "end",
                                                           "seconds", "note")) + "\n")
-            say(f"block {index + 1} {harness} pass {pss}: {len(blk)} tasks in {took:.0f} s")
+            say(f"block {index + 1} {harness} pass {pss}: {len(seg)} tasks in {took:.0f} s")
     return timeline
 
 

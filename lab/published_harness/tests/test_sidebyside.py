@@ -131,6 +131,19 @@ def test_tasks_done_in_all_four_trees_are_left_out(setup):
     assert calls == []
 
 
+
+def test_a_segment_cut_short_is_finished_alone_by_the_next_call(setup):
+    """A deadline that stops the published harness's arm after some of a block's tasks leaves
+    the other arms' results of the block standing: the next call runs only what each tree lacks."""
+    args, clock, calls, runners = setup
+    args.deadline, args.passes = 10_000, (1,)
+    sidebyside.drive(args, runners, now=lambda: clock["t"])
+    cut = run.result_path(args.prefix + "-pub1", "h100", "default", "L1_T003")
+    cut.unlink()  # as if the deadline had stopped pub1 before its last task
+    calls.clear()
+    sidebyside.drive(args, runners, now=lambda: clock["t"])
+    assert calls == [("pub", "pub1", ("L1_T003",))]
+
 def test_the_workflow_call_names_the_blocks_targets_the_whole_list_and_extra_config(setup, monkeypatch, tmp_path):
     args, _, _, _ = setup
     args.wf_config = ["paper={outer_trials: 3}"]
