@@ -114,5 +114,6 @@ def test_aggregate_flags_host_bound_paper_results_and_says_what_the_flag_means(t
                                               ("L1_T005", "paper")])
     text = agg.render_summary_markdown(df)
     assert "`HOST_BOUND`: a side's median launch is at least 80% of its median timed call" in text
+    assert "a published score of such a task also carries the random order of its timed pairs" in text
     assert "| `HOST_BOUND` " in text
     assert "`HOST_BOUND`: a side's" not in agg.render_summary_markdown(df[df.tid != "L1_T001"])
