@@ -102,6 +102,18 @@ def test_undisturbed_pairs_are_exactly_the_harness_pairs():
         expected += ["ref", "custom"] if rng.random() < 0.5 else ["custom", "ref"]
     assert calls == expected and len(ref) == len(cus) == 4
     assert ledger.summary()["retimed_pairs"] == 0 and ledger.summary()["calls"] == 8
+    # the result records who ran first in each pair (the first call of a pair is the slower one)
+    assert ledger.summary()["ref_first"] == [[calls[i] == "ref" for i in range(0, 8, 2)]]
+
+
+def test_the_recorded_order_follows_the_pairs_kept(monkeypatch):
+    """A re-timed pair's order is the replacement's: ref_first lines up with ref_ms."""
+    _, _, calls, ledger = pairs(FakeClock(bad={3}))  # the second pair is disturbed and drawn again
+    kept = [calls[i] == "ref" for i in (0, 4, 6, 8)]  # pairs 1, 3, 4, 5 (calls 3-4 were pair 2)
+    assert ledger.summary()["ref_first"] == [kept]
+    # the first pair timed again after the trial: its replacement's order stands first
+    ref, cus, calls, resets, summary = first_pair_run(monkeypatch, {1: 9.0}, {1: 8.5})
+    assert summary["ref_first"] == [[calls[10] == "ref"] + [calls[i] == "ref" for i in (2, 4, 6, 8)]]
 
 
 def test_a_disturbed_pair_is_timed_again():

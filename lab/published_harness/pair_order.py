@@ -6,8 +6,9 @@ workflow's, or the published harness's as ``run.py`` records them.
 The paper protocol times each pair (reference, custom) in an order drawn from ``random.Random(seed)``
 (``params.seed``, 42): the same 70 orders for every task and run. The published harness draws each
 pair's order with ``random.choice``, unseeded: new orders in every process. Per task and tree this
-page gives, from the recorded per-pair times and the orders the seed draws (results with re-timed
-pairs are left out: a re-timed pair draws again, and the ledger does not say where):
+page gives, from the recorded per-pair times and orders (``host_timing.ref_first``; results made
+before it was recorded: the orders the seed draws, and results with re-timed pairs left out, since
+a re-timed pair draws again):
 
 * ``first/second``: each side's mean time when it ran first in its pair over its mean when second;
 * ``lowest/highest``: the trials with the lowest and highest trial score, beside the number of
@@ -45,7 +46,10 @@ def orders(seed: int, trials: int, inner: int) -> list[list[bool]]:
 def order_effect(res: dict) -> dict | None:
     """The page's numbers for one workflow time result; None without per-pair times or with re-timed pairs."""
     ref, cus, p = res.get("ref_ms") or [], res.get("custom_ms") or [], res.get("params") or {}
-    if not ref or (res.get("host_timing") or {}).get("retimed_pairs") or len(ref) != len(cus):
+    host = res.get("host_timing") or {}
+    if host.get("ref_first"):  # recorded (l1bench 0.5.0 on), re-timed pairs included
+        return effect(ref, cus, host["ref_first"], res.get("trial_scores") or [])
+    if not ref or host.get("retimed_pairs") or len(ref) != len(cus):
         return None
     drawn = orders(int(p.get("seed", 42)), len(ref), len(ref[0]))
     return effect(ref, cus, drawn, res.get("trial_scores") or [])

@@ -29,8 +29,11 @@ def test_the_seed_draws_the_same_orders_and_a_first_call_penalty_follows_them():
     assert flat["fixed_vs_random"] == pytest.approx(0) and flat["random_sd"] == pytest.approx(0)
 
 
-def test_results_with_re_timed_pairs_are_left_out(tmp_path):
+def test_results_with_re_timed_pairs_are_left_out_unless_they_record_their_orders(tmp_path):
     assert pair_order.order_effect(result(0.5, retimed=1)) is None
+    recorded = result(0.5, retimed=1)
+    recorded["host_timing"]["ref_first"] = pair_order.orders(42, 7, 10)
+    assert pair_order.order_effect(recorded)["first_second"]["ref"] == pytest.approx(0.5)
     write(tmp_path / "wf", "L1_T026", result(0.5))
     write(tmp_path / "wf", "L1_T082", result(0.5, retimed=2))
     text = pair_order.render([tmp_path / "wf"], "default")

@@ -98,6 +98,7 @@ def timed_pairs(base, custom, make_inputs_fn, n: int, rng, device: str, streams,
                 first = {"pair": pair, "launches": launches}
             ref_ms.append(got["ref"])
             cus_ms.append(got["custom"])
+            ledger.firsts.setdefault(trial, []).append(next(iter(got)) == "ref")  # got is in call order
         pair += 1
     if reset is not None and budget > 0 and first and first_pair_slowed_in_driver(
         ref_ms, cus_ms, first["launches"]
@@ -108,6 +109,7 @@ def timed_pairs(base, custom, make_inputs_fn, n: int, rng, device: str, streams,
         for who in got:
             ledger.record(launches[who], trial, pair, who, got[who])
         ref_ms[0], cus_ms[0] = got["ref"], got["custom"]
+        ledger.firsts[trial][0] = next(iter(got)) == "ref"
     return ref_ms, cus_ms
 
 

@@ -123,6 +123,7 @@ class Ledger:
         self.threshold_ns = threshold_ns
         self.calls: list = []  # (trial, pair, side, event_ms, Delta)
         self.retimed: set = set()
+        self.firsts: dict = {}  # trial: [reference first?] of its kept pairs, in ref_ms order (ref_first)
 
     def disturbed(self, delta: Delta | None, event_ms: float) -> bool:
         """Whether the host kept the thread from running for at least the threshold and at
@@ -154,6 +155,7 @@ class Ledger:
             # each side's median launch (host part of a timed call, us) beside its median event
             # time: launch-bound calls have the two close, device-bound ones a short launch
             "launch_median_us": {side: None if ns is None else round(ns / 1000) for side, ns in launches.items()},
+            "ref_first": list(self.firsts.values()),
         }
 
 
