@@ -159,8 +159,11 @@ def test_a_stop_signal_removes_the_job_scripts_scratch_folder_and_still_ends_it(
         "    print(tmp, flush=True)\n"
         "    time.sleep(60)\n"
     )
+    # The signal's default action in the script, whatever the suite runs under: under nohup
+    # SIGHUP is ignored, and a script that inherits that keeps ignoring it (the next test).
     proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True,
-                            env=dict(os.environ, TMPDIR=str(tmp_path)))
+                            env=dict(os.environ, TMPDIR=str(tmp_path)),
+                            preexec_fn=lambda: signal.signal(sig, signal.SIG_DFL))
     try:
         scratch = Path(proc.stdout.readline().strip())
         assert scratch.is_dir() and scratch.parent == tmp_path
@@ -169,6 +172,14 @@ def test_a_stop_signal_removes_the_job_scripts_scratch_folder_and_still_ends_it(
         assert not scratch.exists()
     finally:
         proc.kill()
+
+
+def test_a_job_script_started_under_nohup_keeps_ignoring_sighup(tmp_path):
+    code = ("import signal\nfrom l1bench.pool import runner\nrunner.remove_scratch_on_stop()\n"
+            "print(signal.getsignal(signal.SIGHUP) == signal.SIG_IGN, callable(signal.getsignal(signal.SIGTERM)))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_IGN)).stdout.split()
+    assert out == ["True", "True"]  # SIGHUP still ignored; SIGTERM handled
 
 
 def test_a_job_stops_when_its_workflow_is_gone(tasks, tmp_path, monkeypatch):
