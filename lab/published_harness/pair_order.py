@@ -107,11 +107,11 @@ def render(trees, mode: str) -> str:
     for tree in trees:
         root = compare.device_root(tree)
         for path in sorted((root / "time" / "paper" / mode).glob("*.json")):
-            run = harness_trials(root / "harness_logs" / mode / path.stem / "events.jsonl")
-            e = effect(*run) if run else order_effect(compare._load(path) or {})
+            e = run_effect(root, mode, path.stem)
             if e is None:
                 continue
-            drawn = drawn or (None if run else e["ref_first"])
+            if drawn is None and not (root / "harness_logs").is_dir():  # a workflow tree's orders
+                drawn = e["ref_first"]
             fs = e["first_second"]
             out.append(f"| {Path(tree).name} | {path.stem} | {fs['ref']:+.0%} | {fs['custom']:+.0%} "
                        f"| {e['lowest']} / {e['highest']} | {e['fixed_vs_random']:+.1%} | {e['random_sd']:.1%} |")
@@ -152,11 +152,9 @@ def main(argv=None) -> int:
     ap.add_argument("--out", help="write the table here instead of printing it")
     args = ap.parse_args(sys.argv[1:] if argv is None else argv)
     if args.unpinned and args.pinned and args.workflow:
-        passes = {arm: [corrected_pass(t, args.mode) for t in trees if Path(t).is_dir()]
-                  for arm, trees in (("a", args.unpinned), ("b", args.pinned), ("c", args.workflow))}
-        bound = threeway.host_bound([t for t in args.workflow if Path(t).is_dir()], args.mode)
-        text = threeway.render(threeway.rows(passes, bound=bound), "The three ways with each run's pair-order "
-                               "offset taken out", args.line)
+        text = threeway.page({"a": args.unpinned, "b": args.pinned, "c": args.workflow}, args.mode,
+                             "The three ways with each run's pair-order offset taken out", args.line,
+                             read=corrected_pass)
     else:
         text = render(args.trees, args.mode)
     if args.out:

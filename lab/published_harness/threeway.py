@@ -146,6 +146,18 @@ def render(table: list[dict], title: str, lines: list[str]) -> str:
     return "\n".join(out) + "\n"
 
 
+def page(given: dict[str, list], mode: str, title: str, lines: list[str], read=compare.read_pass) -> str:
+    """The page of the trees ``given`` per arm (a, b, c), each read by ``read`` (a tree, the mode:
+    :func:`compare.read_pass`'s records). A pass that a call's deadline left unrun has no tree:
+    the page is made of the passes that ran, and says which did not."""
+    ran = {arm: [t for t in trees if Path(t).is_dir()] for arm, trees in given.items()}
+    passes = {arm: [read(t, mode) for t in trees] for arm, trees in ran.items()}
+    recorded = [f"* a: {compare.affinity(passes['a'])}.", f"* b: {compare.affinity(passes['b'])}."]
+    recorded += [f"* {arm} ({NAMES[arm]}): not run: {', '.join(sorted(set(given[arm]) - set(trees)))}."
+                 for arm, trees in ran.items() if len(trees) < len(given[arm])]
+    return render(rows(passes, bound=host_bound(ran["c"], mode)), title, recorded + lines)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--unpinned", nargs="+", required=True, help="arm a: the published harness unpinned (passes)")
@@ -157,14 +169,7 @@ def main(argv=None) -> int:
     ap.add_argument("--line", action="append", default=[], help="a line under the title (repeatable)")
     ap.add_argument("--out", help="write the page here (atomically) instead of printing it")
     args = ap.parse_args(sys.argv[1:] if argv is None else argv)
-    given = {"a": args.unpinned, "b": args.pinned, "c": args.workflow}
-    # A pass that a call's deadline left unrun has no tree: the page is made of the passes that ran.
-    ran = {arm: [t for t in trees if Path(t).is_dir()] for arm, trees in given.items()}
-    passes = {arm: [compare.read_pass(t, args.mode) for t in trees] for arm, trees in ran.items()}
-    recorded = [f"* a: {compare.affinity(passes['a'])}.", f"* b: {compare.affinity(passes['b'])}."]
-    recorded += [f"* {arm} ({NAMES[arm]}): not run: {', '.join(sorted(set(given[arm]) - set(trees)))}."
-                 for arm, trees in ran.items() if len(trees) < len(given[arm])]
-    text = render(rows(passes, bound=host_bound(ran["c"], args.mode)), args.title, recorded + args.line)
+    text = page({"a": args.unpinned, "b": args.pinned, "c": args.workflow}, args.mode, args.title, args.line)
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(args.out).with_name(f".{Path(args.out).name}.tmp")
