@@ -4,7 +4,7 @@ A quoted number carries a marker right after it, an HTML comment naming what it 
 (``157 of 200<!--paper.default.within-->``; GitHub does not show comments). The expected value of
 each name is computed here from ``results/h100/scores.csv`` (with the tables' own statistics: timing
 versions, what was timed, agreement) and
-from the run-to-run spread page and the side-by-side page of the published harness. The README's
+from the run-to-run spread page and the side-by-side and three-way pages of the published harness. The README's
 "What was measured" section may hold no number without a marker, apart from task ids, GPU and
 release names, dates and the ±15 %, ½ and 2× thresholds.
 """
@@ -98,7 +98,15 @@ def expected() -> dict[str, str]:
     for i, page in enumerate(pages):  # sbs.agree, then sbs2.agree, ... in the order the README links them
         agree = re.search(r"\*\*(\d+ of \d+) tasks \([\d.]+ %\) agree\*\*", (ROOT / page).read_text())
         out[f"sbs{i + 1 if i else ''}.agree"] = agree.group(1)
+    link = re.search(r"\]\(([^)\s]*THREE_WAY[^)\s]*\.md)\)", README.read_text())
+    assert link, "README links no three-way page of the published harness"
+    lines = (ROOT / link.group(1)).read_text().splitlines()
+    head = next(r for r in lines if r.startswith("| tasks |")).split("|")
+    row = next(r for r in lines if r.startswith("| all |")).split("|")
+    out["threeway.agree"] = row[head.index(" c/a within ±15 % ")].strip()  # the harness as a user runs it
     page = spread_page().read_text()
+    versions = sorted(set(re.findall(r"timing version (\d+)", page.split("\n* all ")[0])))
+    out["spread.version"] = " and ".join(versions)
     out["spread.within"] = re.search(r"within ±15 %: \*\*(\d+ of \d+)\*\*", page).group(1)
     out["spread.median"] = re.search(r"median \*\*([\d.]+ %)\*\*", page).group(1)
     return out
