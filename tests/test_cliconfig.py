@@ -74,6 +74,7 @@ def test_a_value_of_alternative_types_takes_the_one_it_spells():
         ({"aggregate_only": "maybe"}, "config aggregate_only: 'maybe' is not of type 'boolean'"),
         ({"device": True}, "config device: True is not of type 'string'"),
         ({"max_attempts": 2.5}, "config max_attempts: 2.5 is not of type 'integer'"),
+        ({"tasks": ["L1_12"]}, "config tasks.0: 'L1_12' is not LEVEL/TASK (e.g. 1/12) or a task id (L1_T012)"),
     ],
 )
 def test_a_value_that_does_not_fit_is_left_for_the_schema_to_name(given, problem):

@@ -174,10 +174,12 @@ def test_select_tasks():
     assert rel.select_tasks(ids, levels=[1]) == [(1, 1), (1, 2)]
     assert rel.select_tasks(ids, tasks=["2/1", "3/5"]) == [(2, 1), (3, 5)]
     assert rel.select_tasks(ids, levels=[3], tasks=["2/1", "3/5"]) == [(3, 5)]
-    with pytest.raises(rel.ReleaseError, match="9/9"):
-        rel.select_tasks(ids, tasks=["9/9"])
-    with pytest.raises(rel.ReleaseError, match="LEVEL/TASK"):
-        rel.select_tasks(ids, tasks=["12"])
+    assert rel.select_tasks(ids, tasks=["L2_T001", "3/5"]) == [(2, 1), (3, 5)]  # as the tables name tasks
+    with pytest.raises(rel.ReleaseError, match="not in the release: 9/9, L1_T003$"):
+        rel.select_tasks(ids, tasks=["9/9", "1/1", "L1_T003"])  # named as written
+    for bad in ("12", "L1_12", "1/x", "l1_t001"):
+        with pytest.raises(rel.ReleaseError, match="LEVEL/TASK"):
+            rel.select_tasks(ids, tasks=[bad])
 
 
 def test_task_id_roundtrip():

@@ -24,7 +24,7 @@ def _row(tid, mode, status="ok", measured=None, published=None, protocol="paper"
 def test_tid_of_accepts_both_spellings_and_rejects_others():
     assert slices.tid_of("1/9") == "L1_T009"
     assert slices.tid_of("L3_T044") == "L3_T044"
-    with pytest.raises(ValueError, match="expected LEVEL/NUMBER"):
+    with pytest.raises(ValueError, match="expected LEVEL/TASK"):
         slices.tid_of("nine")
 
 

@@ -111,12 +111,10 @@ def task_ids(spec: str) -> list[str]:
         items = [s for s in spec.replace(" ", ",").split(",") if s]
     out = []
     for item in items:
-        item = str(item).strip()
         try:
-            out.append(rel.task_id(*rel.parse_task_selector(item)) if "/" in item else
-                       rel.task_id(*rel.parse_task_id(item)))
-        except (rel.ReleaseError, ValueError):
-            raise SystemExit(f"task {item!r}: expected LEVEL/NUMBER (1/19) or a task id (L1_T019)") from None
+            out.append(rel.task_id(*rel.parse_task_selector(item)))
+        except rel.ReleaseError as err:
+            raise SystemExit(str(err)) from None
     return list(dict.fromkeys(out))
 
 

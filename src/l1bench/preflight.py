@@ -36,7 +36,9 @@ def config_error(config: dict, schema_file: str | Path) -> str | None:
     if err is None:
         return None
     where = ".".join(str(p) for p in err.absolute_path)
-    return f"config {where}: {err.message}" if where else f"config: {err.message}"
+    hint = err.schema.get("description") if err.validator == "pattern" else None  # what a pattern stands for
+    message = f"{err.instance!r} is not {hint}" if hint else err.message
+    return f"config {where}: {message}" if where else f"config: {message}"
 
 
 def release_dir_problem(release_dir: str | Path, release_file: str) -> str | None:

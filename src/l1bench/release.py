@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -220,23 +221,22 @@ def check_device(device: str, where: str = "config") -> str:
 
 
 def parse_task_selector(sel: str) -> tuple[int, int]:
-    """``"1/12"`` -> (1, 12)."""
-    try:
-        lv, tk = str(sel).split("/")
-        return int(lv), int(tk)
-    except ValueError:
-        raise ReleaseError(f"config: tasks entry {sel!r} is not of the form LEVEL/TASK, e.g. 1/12") from None
+    """``"1/12"`` or the task's id ``"L1_T012"`` -> (1, 12)."""
+    m = re.fullmatch(r"(\d+)/(\d+)|L(\d+)_T(\d+)", str(sel).strip())
+    if not m:
+        raise ReleaseError(f"task {sel!r}: expected LEVEL/TASK (e.g. 1/12) or a task id (L1_T012)")
+    return tuple(int(g) for g in m.groups() if g is not None)
 
 
 def select_tasks(all_ids, levels=None, tasks=None) -> list[tuple[int, int]]:
-    """Filter (level, task) pairs by levels and an explicit list of "L/T" selectors."""
+    """Filter (level, task) pairs by levels and a list of selectors (``1/12`` or ``L1_T012``)."""
     ids = sorted(all_ids)
     if levels:
         ids = [i for i in ids if i[0] in set(levels)]
     if tasks:
         wanted = [parse_task_selector(s) for s in tasks]
-        missing = [f"{a}/{b}" for a, b in wanted if (a, b) not in set(all_ids)]
+        missing = [str(s) for s, w in zip(tasks, wanted, strict=True) if w not in set(all_ids)]  # as written
         if missing:
-            raise ReleaseError(f"config: tasks {', '.join(missing)} are not in the release")
+            raise ReleaseError(f"config: tasks not in the release: {', '.join(missing)}")
         ids = [i for i in ids if i in set(wanted)]
     return ids

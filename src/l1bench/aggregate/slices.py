@@ -28,13 +28,10 @@ from l1bench.results import AGREEMENT, Status
 
 def tid_of(task: str) -> str:
     """``"1/19"`` or ``"L1_T019"`` → ``"L1_T019"``; anything else is a clear error."""
-    task = str(task).strip()
     try:
-        if "/" in task:
-            return rel.task_id(*rel.parse_task_selector(task))
-        return rel.task_id(*rel.parse_task_id(task))
-    except (rel.ReleaseError, ValueError):
-        raise ValueError(f"task {task!r}: expected LEVEL/NUMBER (e.g. 1/19) or a task id (L1_T019)") from None
+        return rel.task_id(*rel.parse_task_selector(task))
+    except rel.ReleaseError as err:
+        raise ValueError(str(err)) from None
 
 
 def load_task_list(path) -> list[str]:
