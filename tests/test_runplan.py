@@ -79,6 +79,8 @@ def test_a_release_still_to_be_downloaded_plans_kernelbenchs_tasks(tmp_path, mon
         ({"release_dir": "nope"}, "release_dir=nope: no such folder"),
         ({"levels": [3], "tasks": []}, "config: the task selection (levels, tasks) matches no task of the release"),
         ({"slice_reports": ["nope.yaml"]}, "config slice_reports: nope.yaml: no such file"),
+        ({"results_dir": "README.md"}, "results_dir=README.md: README.md is a file, not a folder"),
+        ({"results_dir": "README.md/mine"}, "results_dir=README.md/mine: README.md is a file, not a folder"),
     ],
 )
 def test_bad_input_is_refused_in_one_line(tmp_path, at_root, config, error):

@@ -33,7 +33,6 @@ class InputPool:
         self._kept: list = []
         self._next = 0
         self.bytes = 0
-        self.exhausted = False
 
     def _room_for_one(self) -> bool:
         if not self._kept:
@@ -44,7 +43,6 @@ class InputPool:
     def _refill(self) -> None:
         for _ in range(self._chunk):
             if not self._room_for_one():
-                self.exhausted = True
                 break
             values = self._make()
             self._kept.append(values)
