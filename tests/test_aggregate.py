@@ -567,6 +567,18 @@ def test_figures(tree, tmp_path):
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["ratios.png", "scatter.png"]
 
 
+def test_figures_carry_their_caption_in_the_title(tree, tmp_path, monkeypatch):
+    from l1bench.aggregate import figures
+
+    titles = []
+    monkeypatch.setattr(figures, "_save", lambda fig, path: titles.append(fig._suptitle.get_text()))
+    df = agg.load_results(*tree)
+    figures.plot_measured_vs_published(df, tmp_path / "s.png", caption="7 scores at timing version 4, X (stale)")
+    figures.plot_ratio_hist(df, tmp_path / "r.png", caption="7 scores at timing version 4, X (stale)")
+    figures.plot_ratio_hist(df, tmp_path / "r.png")
+    assert [t.split("\n")[1:] for t in titles] == [["7 scores at timing version 4, X (stale)"]] * 2 + [[]]
+
+
 def test_figures_empty(tmp_path):
     df = agg.load_results([], [], [])
     assert _is_png(agg.plot_measured_vs_published(df, tmp_path / "s.png"))
@@ -845,6 +857,13 @@ def test_tables_count_scores_by_timing_version_and_gpu_current_or_stale():
     assert timing_version_counts(unversioned)[-1] == (None, 1, "NVIDIA H100")
     assert "1 at no timing version recorded (NVIDIA H100)" in timing_version_sentence(unversioned)
     assert timing_version_sentence(df[df["status"] != "ok"]) == ""
+    # the figures' second title line says the same, stale versions marked
+    from l1bench.aggregate.markdown import timing_version_caption
+
+    assert timing_version_caption(df) == (f"2 scores at timing version {V}, NVIDIA H100; 3 scores at timing version "
+                                          f"{V - 4}, NVIDIA H200 (stale); current timing version {V}")
+    assert timing_version_caption(renewed) == f"5 scores at timing version {V}, NVIDIA H100, NVIDIA H200"
+    assert timing_version_caption(df[df["status"] != "ok"]) == ""
     # a time result records its version under either key, or none
     meta = {"level": 1, "task": 1}
     for t, version in (({}, None), ({"timing_design": 4}, 4), ({"timing_version": 8}, 8)):

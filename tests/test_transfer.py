@@ -174,3 +174,16 @@ def test_the_page_names_per_release_the_tasks_that_pass_only_at_the_looser_toler
     assert rows["h100"] == ["2/3 (66.7%)", "1/3 (33.3%)", "1", "L1_T002"]
     assert rows["a100"] == ["3/3 (100.0%)", "3/3 (100.0%)", "0", "none"]
     assert rows["l40"][0].startswith("not recorded") and rows["l40"][2:] == ["–", "–"]
+
+
+def test_the_figure_says_which_timing_version_made_its_scores(tmp_path, monkeypatch):
+    from l1bench.aggregate import figures
+    from l1bench.timing import TIMING_VERSION as V
+
+    titles = []
+    monkeypatch.setattr(figures, "_save", lambda fig, path: titles.append(fig._suptitle.get_text()))
+    trees = {r: TREES[r].assign(timing_version=V - 5) for r in ("h100", "a100")}
+    tr.plot(trees, tmp_path / "t.png")
+    tr.plot({}, tmp_path / "none.png")
+    assert titles[0].split("\n")[1] == f"6 scores at timing version {V - 5}, {H100} (stale); current timing version {V}"
+    assert "\n" not in titles[1]  # no score: no second line

@@ -116,11 +116,12 @@ def _scatter_panel(ax, sel, floor: float) -> int:
     return int(ok.sum()) + n_fail
 
 
-def plot_measured_vs_published(df, path) -> Path:
+def plot_measured_vs_published(df, path, caption: str = "") -> Path:
     """Log-log scatter of measured vs published speedup; one panel per protocol x mode.
 
     Points are coloured by KernelBench level; failed tasks (published score, no
-    measurement) are drawn as red crosses along the bottom edge.
+    measurement) are drawn as red crosses along the bottom edge. ``caption``: the title's second
+    line (the tables' :func:`.markdown.timing_version_caption`: what made the scores).
     """
     plt = _pyplot()
     from matplotlib.lines import Line2D
@@ -159,25 +160,19 @@ def plot_measured_vs_published(df, path) -> Path:
         Line2D([], [], color="0.2", lw=1, label="measured = published"),
         Line2D([], [], color="0.55", lw=0.8, ls=":", label="2× / ½×"),
     ]
-    fig.suptitle("Measured vs published speedup per task (log–log)", fontsize=12)
+    fig.suptitle("\n".join(filter(None, ["Measured vs published speedup per task (log–log)", caption])), fontsize=12)
     fig.tight_layout(h_pad=1.5)
-    fig.legend(
-        handles=handles,
-        loc="upper center",
-        bbox_to_anchor=(0.5, 0.0),
-        ncol=len(handles),
-        frameon=False,
-        fontsize=9,
-    )
+    fig.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, 0.0), ncol=len(handles), frameon=False,
+               fontsize=9)
     _save(fig, path)
     plt.close(fig)
     return Path(path)
 
 
-def plot_ratio_hist(df, path, clip: float = 4.0) -> Path:
+def plot_ratio_hist(df, path, clip: float = 4.0, caption: str = "") -> Path:
     """Histograms of log2(measured/published); one panel per protocol x mode.
 
-    Ratios beyond 2**±clip are piled into the outermost bins.
+    Ratios beyond 2**±clip are piled into the outermost bins; ``caption`` as for the scatter.
     """
     plt = _pyplot()
     fig, panels = _layout(plt, df, 3.5, 2.9)
@@ -197,15 +192,8 @@ def plot_ratio_hist(df, path, clip: float = 4.0) -> Path:
             text = texts[(proto, mode)]["hist"]
             if n_out:
                 text += f"\nbeyond axis: {n_out}"
-            ax.text(
-                0.03,
-                0.96,
-                text,
-                transform=ax.transAxes,
-                va="top",
-                fontsize=8,
-                bbox={"facecolor": "white", "edgecolor": "0.8", "alpha": 0.9},
-            )
+            ax.text(0.03, 0.96, text, transform=ax.transAxes, va="top", fontsize=8,
+                    bbox={"facecolor": "white", "edgecolor": "0.8", "alpha": 0.9})
         else:
             ax.text(0.5, 0.5, "no data", transform=ax.transAxes, ha="center", va="center", color="0.5")
         ax.axvline(0, color="0.2", lw=1)
@@ -219,10 +207,8 @@ def plot_ratio_hist(df, path, clip: float = 4.0) -> Path:
             ax.set_xlabel("measured / published (log scale)")
         if left:
             ax.set_ylabel("tasks")
-    fig.suptitle(
-        "Measured / published speedup per task (black: equal; red dashed: median)",
-        fontsize=12,
-    )
+    title = "Measured / published speedup per task (black: equal; red dashed: median)"
+    fig.suptitle("\n".join(filter(None, [title, caption])), fontsize=12)
     fig.tight_layout(h_pad=1.2)
     _save(fig, path)
     plt.close(fig)

@@ -184,6 +184,16 @@ def timing_version_sentence(df) -> str:
             "earlier protocol, and shown as measured until they are timed again.")
 
 
+def timing_version_caption(df) -> str:
+    """The figures' second title line: the scores of each timing version and their GPUs, and, where
+    a version is not the workflow's :data:`TIMING_VERSION`, that it is stale; empty without a score."""
+    counts = timing_version_counts(df)
+    at = lambda v: "no timing version" if v is None else f"timing version {v}"  # noqa: E731
+    text = "; ".join(f"{n:,} scores at {at(v)}, {g}{'' if v == TIMING_VERSION else ' (stale)'}" for v, n, g in counts)
+    stale = any(v != TIMING_VERSION for v, _, _ in counts)
+    return f"{text}; current timing version {TIMING_VERSION}" if stale else text
+
+
 #: Where the share of scores within :data:`AGREEMENT` of two groups (of this many compared scores
 #: or more) differs by this much or more, the tables say that agreement differs by group.
 GROUP_GAP, GROUP_MIN = 0.10, 5

@@ -35,7 +35,7 @@ from .annotate import (
 )
 from .figures import plot_measured_vs_published, plot_ratio_hist
 from .load import load_results
-from .markdown import render_per_task_markdown, render_summary_markdown
+from .markdown import render_per_task_markdown, render_summary_markdown, timing_version_caption
 from .report import provenance_from_df, relpath, render_report
 from .stats import status_counts
 
@@ -132,8 +132,8 @@ def make_tables(
     note = transfer.transfer_note(device, transfer.measured_gpu(df))  # published on one GPU, measured on another
     atomic_write_text(out["summary"], render_summary_markdown(df, note) + tol_summary)
     atomic_write_text(out["per_task"], render_per_task_markdown(df) + tol_per_task)
-    plot_measured_vs_published(df, out["scatter"])
-    plot_ratio_hist(df, out["ratios"])
+    plot_measured_vs_published(df, out["scatter"], caption=timing_version_caption(df))
+    plot_ratio_hist(df, out["ratios"], caption=timing_version_caption(df))
     report_dir = Path(out["report"]).parent
     notes = as_list(inputs.get("extension_failures"))
     atomic_write_text(out["extensions"], extensions.render(report_dir, device, notes[0] if notes else None))

@@ -26,7 +26,7 @@ from ..release import GPU_DEVICES
 from ..results import AGREEMENT, FAILED_STATUSES, Status
 from . import tolerance
 from .conventions import NA
-from .markdown import fmt, md_table, timing_version_sentence
+from .markdown import fmt, md_table, timing_version_caption, timing_version_sentence
 
 #: The GPU each release's scores were published on.
 RELEASE_GPU = {"h100": "H100", "a100": "A100", "h20": "H20", "l40": "L40", "3090": "RTX 3090"}
@@ -352,7 +352,9 @@ def plot(trees: dict[str, pd.DataFrame], path) -> Path:
         right.text(0.5, 0.5, "needs two releases measured", transform=right.transAxes, ha="center", color="grey")
     right.set_ylabel("tasks where its code is fastest")
     right.set_title("fastest release per task", fontsize=10)
-    fig.suptitle(f"Every release's code on {gpu or 'no GPU yet'} (paper protocol, default mode)", fontsize=11)
+    title = f"Every release's code on {gpu or 'no GPU yet'} (paper protocol, default mode)"
+    caption = timing_version_caption(pd.concat([_rows(df) for df in here.values()])) if here else ""
+    fig.suptitle("\n".join(filter(None, [title, caption])), fontsize=11)
     fig.tight_layout()
     _save(fig, path)
     plt.close(fig)
