@@ -32,12 +32,20 @@ def test_the_command_is_installed():
 def test_each_subcommand_runs_its_modules_main(tool, capsys):
     """``l1bench TOOL --help`` is the module's own argument parser, named after the command."""
     assert callable(importlib.import_module(cli.module_of(tool)).main)
-    if tool == "extensions":  # no options: its one argument is the results folder
-        return
     with pytest.raises(SystemExit) as stop:
         cli.main([tool, "--help"])
     assert stop.value.code == 0
     assert capsys.readouterr().out.startswith(f"usage: l1bench {tool} ")
+
+
+@pytest.mark.parametrize("tool", sorted(cli.TOOLS))
+def test_a_results_tree_that_is_not_there_is_an_error_not_an_empty_answer(tool, tmp_path, capsys):
+    with pytest.raises(SystemExit) as stop:
+        cli.main([tool, str(tmp_path / "results/h1OO")])
+    assert stop.value.code == 2
+    assert capsys.readouterr().err.splitlines()[-1] == (
+        f"l1bench {tool}: error: argument results_root: {tmp_path}/results/h1OO: no such results tree "
+        "(a folder such as results/h100)")
 
 
 def test_a_subcommand_gets_the_rest_of_the_command_line(tmp_path, capsys):

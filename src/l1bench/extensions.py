@@ -14,7 +14,7 @@ import sys
 from collections import Counter
 from pathlib import Path
 
-from l1bench.results import Status
+from l1bench.results import Status, results_tree
 
 #: Compiler errors of code that may have built with the torch/CUDA its authors used.
 API_PATTERNS = ("DeprecatedTypeProperties", "AT_CUDA_CHECK", "C++17 or later", "getCurrentCUDAStream")
@@ -141,8 +141,11 @@ def render(results_root, device: str = "h100", notes=CURATION) -> str:
 
 
 def main(argv=None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    root = Path(argv[0] if argv else "results/h100")
+    import argparse
+
+    ap = argparse.ArgumentParser(description="The table of custom extensions that do not build, on stdout.")
+    ap.add_argument("results_root", nargs="?", default="results/h100", type=results_tree, help="results/<device>")
+    root = ap.parse_args(argv).results_root
     sys.stdout.write(render(root, root.name))
     return 0
 

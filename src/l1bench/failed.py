@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from l1bench.results import BROKEN_STATUSES, STAGE
+from l1bench.results import BROKEN_STATUSES, STAGE, results_tree
 
 #: The stages whose results can break (every stage's kind), in the order a task goes through them.
 STAGES = tuple(STAGE)
@@ -45,7 +45,7 @@ def main(argv: list[str] | None = None) -> int:
     import argparse
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0].replace("\n", " "))
-    ap.add_argument("results_root", help="results/<device>")
+    ap.add_argument("results_root", type=results_tree, help="results/<device>")
     ap.add_argument("--remove", action="store_true", help="delete them: the next run retries them")
     args = ap.parse_args(argv)
     for path in broken_results(args.results_root):

@@ -39,12 +39,7 @@ class FetchError(RuntimeError):
     """A download or checksum failure; the message is a single line."""
 
 
-def release_url(
-    path: str,
-    repo: str = UPSTREAM_REPO,
-    commit: str = PINNED_COMMIT,
-    base_url: str | None = None,
-) -> str:
+def release_url(path: str, repo: str = UPSTREAM_REPO, commit: str = PINNED_COMMIT, base_url: str | None = None) -> str:
     """URL of release-relative ``path``; ``base_url`` replaces the GitHub raw prefix."""
     path = path.lstrip("/")
     if base_url:

@@ -319,13 +319,7 @@ def slice_reports(paths: Iterable[str]) -> dict[str, str]:
 
 def report_outputs(res: str, slice_names: Iterable[str]) -> list[str]:
     """The tables, figures and report of the results root ``res``, and its slice reports."""
-    names = [
-        "scores.csv",
-        "summary.md",
-        "per_task.md",
-        "README.md",
-        "extension_failures.md",
-    ]
+    names = ["scores.csv", "summary.md", "per_task.md", "README.md", "extension_failures.md"]
     figs = ["figures/measured_vs_published.png", "figures/ratio_hist.png"]
     slices = [f"slices/{name}.md" for name in slice_names]
     return [f"{res}/{n}" for n in names + figs + slices]

@@ -210,12 +210,7 @@ class TaskResult:
 
     def to_dict(self) -> dict:
         """The dict a job writes (its status a plain string; JSON holds every enum as its value)."""
-        out: dict[str, Any] = {
-            "kind": self.kind,
-            "tid": self.tid,
-            "status": self.status.value,
-            "reason": self.reason,
-        }
+        out: dict[str, Any] = {"kind": self.kind, "tid": self.tid, "status": self.status.value, "reason": self.reason}
         for key in ("mode", "protocol"):
             if getattr(self, key):
                 out[key] = getattr(self, key)
@@ -329,3 +324,13 @@ def timing_version(result: Mapping) -> int | None:
     same numbers); None where it records neither."""
     value = result.get("timing_version", result.get("timing_design"))
     return None if value is None else int(value)
+
+
+def results_tree(path: str) -> Path:
+    """The ``results/<device>`` folder a tool is pointed at (its argparse type): a path that is no
+    folder is an error, not a tree in which nothing was found."""
+    if not Path(path).is_dir():
+        import argparse
+
+        raise argparse.ArgumentTypeError(f"{path}: no such results tree (a folder such as results/h100)")
+    return Path(path)

@@ -383,18 +383,7 @@ def render_per_task_markdown(df) -> str:
         "",
         *([f"**{timing}**", ""] if (timing := timing_version_sentence(df)) else []),
     ]
-    headers = [
-        "Task",
-        "Mode",
-        "Published",
-        "Measured",
-        "± std",
-        "Ratio",
-        "Status",
-        "Check",
-        "Flags",
-        "Reason",
-    ]
+    headers = ["Task", "Mode", "Published", "Measured", "± std", "Ratio", "Status", "Check", "Flags", "Reason"]
     align = ["left", "left", "right", "right", "right", "right", "left", "left", "left", "left"]
     for proto in _protocols(df):
         sel = _per_task_order(df[df["protocol"] == proto])

@@ -25,16 +25,7 @@ from .checks import (
 )
 from .flags import DEFAULTS, flag_names, make_flag
 from .global_state import check_global_state, restore_global_state, snapshot_global_state
-from .tensors import (
-    as_device,
-    clone_values,
-    compare_outputs,
-    digest,
-    digests,
-    shares_memory,
-    sync,
-    tensors_of,
-)
+from .tensors import as_device, clone_values, compare_outputs, digest, digests, shares_memory, sync, tensors_of
 
 # --------------------------------------------------------------------------- custom-model calls
 

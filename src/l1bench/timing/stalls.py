@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import statistics
 
-from l1bench.results import Flag, Status
+from l1bench.results import Flag, Status, results_tree
 
 FLAG = Flag.TIMING_OUTLIER
 FACTOR = 3.0
@@ -111,7 +111,7 @@ def main(argv=None) -> int:
     import argparse
 
     ap = argparse.ArgumentParser(description="List the paper results flagged TIMING_OUTLIER (one path a line).")
-    ap.add_argument("results_root", help="results/<device>")
+    ap.add_argument("results_root", type=results_tree, help="results/<device>")
     args = ap.parse_args(argv)
     for path in flagged_results(args.results_root):
         print(path)

@@ -68,12 +68,7 @@ def do_build(job: dict, meta: dict, snippets: dict) -> dict:
     built = []
     if ext_dir.is_dir():
         built = sorted(p.name for p in ext_dir.iterdir() if p.is_dir() and p.name != "failed-builds")
-    return stage_result(
-        Status.OK,
-        construct_note,
-        build_s=round(time.perf_counter() - t0, 3),
-        extensions=built,
-    )
+    return stage_result(Status.OK, construct_note, build_s=round(time.perf_counter() - t0, 3), extensions=built)
 
 
 # --------------------------------------------------------------------------- check
