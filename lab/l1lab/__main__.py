@@ -12,6 +12,7 @@ TOOLS = {
     "retime": "a results tree that times a task list again (prepare), and its results taken back (adopt)",
     "take": "one results tree and its run's logs out of lab/device_run.sh's results.tgz",
     "drawcost": "what the paper protocol's host draws cost a release: lock time against input size, projected",
+    "cost": "what a run made in pieces cost per stage: GPU lock, the wall its steps ran in, the lock's share",
     "moved": "what moved between two results trees (another timing version or GPU): per task, which side moved",
     "figure": "the isolation figure of lab/evidence (driver calls delay a timed call; two runs agree)",
 }
