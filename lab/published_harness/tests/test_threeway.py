@@ -112,3 +112,40 @@ def test_the_recorded_sample_is_what_its_seed_draws(tmp_path):
     sample.main(["--release", str(release), "--seed", "20261207", "--n", "22", "--max-m", "10", "--out", str(out)])
     committed = Path(__file__).resolve().parents[1] / "samples" / "h100-seed20261207.yaml"
     assert json.dumps(out.read_text().split("\n")[2:]) == json.dumps(committed.read_text().split("\n")[2:])
+
+
+ARMS = ["--unpinned", "results/sbs-pub1", "results/sbs-pub2", "--pinned", "results/sbs-pin1", "results/sbs-pin2",
+        "--workflow", "results/sbs-wf1", "results/sbs-wf2"]
+
+
+def _head(page: str) -> tuple[str, list[str]]:
+    """A committed page's title and its lines that the command gave (``--title``, ``--line``): the
+    lines under the title that are not the arms' recorded affinity."""
+    blocks = page.split("\n\n")
+    return blocks[0].removeprefix("# "), [ln for ln in blocks[1].splitlines() if not ln.startswith(("* a:", "* b:"))]
+
+
+def test_the_three_way_evidence_pages_are_what_the_tools_make_of_their_trees(tmp_path, monkeypatch):
+    """evidence/THREE_WAY-2026-12-07-h100.md, its order-corrected page and PAIR_ORDER-2026-12-07-h100.md,
+    made again from the trees packed in 2026-12-07-h100-threeway.tgz, are the committed pages: a pass
+    added to the trees is not in the pages until they are made again. The title and the lines under
+    it are the command's words (read from the page); every table is the tools'."""
+    import tarfile
+
+    from published_harness import pair_order
+
+    evidence = Path(threeway.__file__).parent / "evidence"
+    with tarfile.open(evidence / "2026-12-07-h100-threeway.tgz") as tar:
+        tar.extractall(tmp_path, filter="data")
+    monkeypatch.chdir(tmp_path)
+    committed = (evidence / "THREE_WAY-2026-12-07-h100.md").read_text()
+    title, lines = _head(committed)
+    threeway.main([*ARMS, "--title", title, *(a for ln in lines for a in ("--line", ln)), "--out", "three.md"])
+    assert (tmp_path / "three.md").read_text() == committed
+    committed = (evidence / "THREE_WAY-2026-12-07-h100-order.md").read_text()
+    pair_order.main([*ARMS, *(a for ln in _head(committed)[1] for a in ("--line", ln)), "--out", "order.md"])
+    assert (tmp_path / "order.md").read_text() == committed
+    runs = [a for a in ARMS if not a.startswith("--")]
+    pair_order.main([*runs, "--out", "pairs.md"])
+    committed = (evidence / "PAIR_ORDER-2026-12-07-h100.md").read_text()
+    assert committed.endswith((tmp_path / "pairs.md").read_text())  # under a header of its own
