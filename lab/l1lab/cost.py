@@ -14,13 +14,13 @@ piece's install and start before its first step are not in them.
 from __future__ import annotations
 
 import argparse
-import sys
 from collections import defaultdict
 from datetime import datetime, timezone
 from pathlib import Path
 
 from l1bench.aggregate.markdown import md_table
-from l1bench.io import atomic_write_text
+from l1bench.io import write_page
+from l1bench.results import results_tree
 from l1lab.stagetimes import PREPARED_KEY, _span, results, stage_of
 
 #: Steps further apart than this (s) are of different pieces of a run.
@@ -89,20 +89,15 @@ def page(stats: dict[str, dict], gap_s: float = GAP_S, title: str = "What the ru
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m l1lab cost", description=__doc__.split("\n\n")[0])
-    ap.add_argument("root", type=Path, help="a results tree (results/<device>)")
+    ap.add_argument("root", type=results_tree, help="a results tree (results/<device>)")
     ap.add_argument("--gap-s", type=float, default=GAP_S, help="steps further apart are of different pieces")
     ap.add_argument("--since", help="only results whose worker started at or after this ISO time")
     ap.add_argument("--until", help="only results whose worker started before this ISO time")
     ap.add_argument("--title", default="What the run cost")
     ap.add_argument("--out", type=Path, help="write the page here (else stdout)")
     args = ap.parse_args(argv)
-    if not args.root.is_dir():
-        ap.error(f"{args.root}: no such results tree")
     text = page(collect(results(args.root, args.since, args.until)), args.gap_s, args.title)
-    if args.out:
-        atomic_write_text(args.out, text)
-    else:
-        sys.stdout.write(text)
+    write_page(args.out, text)
     return 0
 
 

@@ -20,7 +20,7 @@ from pathlib import Path
 from tabulate import tabulate
 
 from l1bench import release as rel
-from l1bench.io import atomic_write_text
+from l1bench.io import write_page
 from l1lab.spread import time_results
 
 #: Tasks above this many million input elements are listed as the large ones.
@@ -132,8 +132,5 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     timed = (args.timed, ok_tids(args.timed, args.mode)) if args.timed else None
     page = report(input_elements(args.release), *lock_times(args.tree, args.mode), args.tree, args.mode, timed)
-    if args.out:
-        atomic_write_text(args.out, page)
-    else:
-        print(page)
+    write_page(args.out, page if args.out else page + "\n")
     return 0

@@ -18,15 +18,14 @@ from __future__ import annotations
 import argparse
 import math
 import statistics
-import sys
 from collections import Counter
 from pathlib import Path
 
 from l1bench.aggregate.conventions import MODE_LABELS
 from l1bench.aggregate.markdown import fmt, md_table
 from l1bench.detectors.flags import flag_names
-from l1bench.io import atomic_write_text
-from l1bench.results import AGREEMENT, Status, timing_version
+from l1bench.io import write_page
+from l1bench.results import AGREEMENT, Status, results_tree, timing_version
 from l1bench.timing import hostclock
 from l1lab.spread import time_results
 from l1lab.stagetimes import bound_label
@@ -184,20 +183,14 @@ def page(old_root, new_root, protocol: str = "paper", modes=MODES, tol: float = 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m l1lab moved", description=__doc__.split("\n\n")[0])
-    ap.add_argument("old", type=Path, help="the older results tree (results/<device>)")
-    ap.add_argument("new", type=Path, help="the newer results tree")
+    ap.add_argument("old", type=results_tree, help="the older results tree (results/<device>)")
+    ap.add_argument("new", type=results_tree, help="the newer results tree")
     ap.add_argument("--protocol", default="paper", choices=["paper", "strict"])
     ap.add_argument("--modes", nargs="+", default=list(MODES), choices=list(MODES))
     ap.add_argument("--out", type=Path, help="write the page here (else stdout)")
     args = ap.parse_args(argv)
-    for root in (args.old, args.new):
-        if not root.is_dir():
-            ap.error(f"{root}: no such results tree")
     text = page(args.old, args.new, args.protocol, args.modes)
-    if args.out:
-        atomic_write_text(args.out, text)
-    else:
-        sys.stdout.write(text)
+    write_page(args.out, text)
     return 0
 
 

@@ -21,7 +21,7 @@ from l1bench.aggregate.conventions import MODE_LABELS, NA
 from l1bench.aggregate.markdown import fmt as _fmt
 from l1bench.aggregate.markdown import md_table
 from l1bench.aggregate.slices import _num
-from l1bench.io import atomic_write_text
+from l1bench.io import write_page
 from l1bench.results import AGREEMENT, Status
 from l1bench.timing import hostclock, stalls
 from l1lab.stagetimes import bound_label, per_1000, stall_rate
@@ -356,13 +356,6 @@ def spread_list(pairs, mode: str = "default", protocol: str = "paper", tol: floa
     return {"mode": mode, "protocol": protocol, "tol": tol, "pairs": used, "tasks": dict(sorted(tasks.items()))}
 
 
-def _write(text: str, out: str | None) -> None:
-    if out:
-        atomic_write_text(out, text)
-    else:
-        sys.stdout.write(text)
-
-
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="l1lab spread", description=__doc__.split("\n\n")[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -392,7 +385,7 @@ def main(argv=None) -> int:
     except (OSError, ValueError, KeyError) as err:
         print(f"spread: {err}", file=sys.stderr)
         return 2
-    _write(text, args.out)
+    write_page(args.out, text)
     return 0
 
 

@@ -157,10 +157,7 @@ def main(argv=None) -> int:
                              read=corrected_pass)
     else:
         text = render(args.trees, args.mode)
-    if args.out:
-        Path(args.out).write_text(text)
-    else:
-        sys.stdout.write(text)
+    compare.write_page(args.out, text)
     return 0
 
 

@@ -170,13 +170,7 @@ def main(argv=None) -> int:
     ap.add_argument("--out", help="write the page here (atomically) instead of printing it")
     args = ap.parse_args(sys.argv[1:] if argv is None else argv)
     text = page({"a": args.unpinned, "b": args.pinned, "c": args.workflow}, args.mode, args.title, args.line)
-    if args.out:
-        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(args.out).with_name(f".{Path(args.out).name}.tmp")
-        tmp.write_text(text)
-        tmp.replace(args.out)
-    else:
-        sys.stdout.write(text)
+    compare.write_page(args.out, text)
     return 0
 
 

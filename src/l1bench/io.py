@@ -1,11 +1,13 @@
 """Atomic file writes (a temporary file beside the destination, renamed over it only when the
-write succeeded): a reader never sees a half-written output."""
+write succeeded): a reader never sees a half-written output; a tool's page goes to its ``--out`` so
+(:func:`write_page`), else to stdout."""
 
 from __future__ import annotations
 
 import contextlib
 import json
 import os
+import sys
 import tempfile
 from pathlib import Path
 
@@ -59,3 +61,11 @@ def logs_dir(results: str) -> str:
     parts = path.parts[1:] if path.parts[:1] == ("results",) else path.parts
     parts = tuple(p for p in parts if p not in ("/", "", ".", ".."))
     return "/".join(("logs",) + parts)
+
+
+def write_page(path, text: str) -> None:
+    """A tool's page: to ``path`` atomically (:func:`atomic_write_text`), to stdout without one."""
+    if path:
+        atomic_write_text(path, text)
+    else:
+        sys.stdout.write(text)

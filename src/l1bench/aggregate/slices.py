@@ -21,7 +21,7 @@ from l1bench.aggregate.conventions import MODE_LABELS, NA
 from l1bench.aggregate.markdown import fmt as _fmt
 from l1bench.aggregate.markdown import md_table
 from l1bench.aggregate.stats import ratio_stats
-from l1bench.io import atomic_write_text
+from l1bench.io import write_page
 from l1bench.modes import NAMES
 from l1bench.results import AGREEMENT, Status
 
@@ -150,10 +150,7 @@ def main(argv=None) -> int:
     except (OSError, ValueError, KeyError) as err:
         print(f"slices: {err}", file=sys.stderr)
         return 2
-    if args.out:
-        atomic_write_text(args.out, text)
-    else:
-        sys.stdout.write(text)
+    write_page(args.out, text)
     return 0
 
 
