@@ -1,6 +1,6 @@
 """Atomic file writes (a temporary file beside the destination, renamed over it only when the
-write succeeded): a reader never sees a half-written output; a tool's page goes to its ``--out`` so
-(:func:`write_page`), else to stdout."""
+write succeeded): a reader never sees a half-written output. A tool's page is written so to its
+``--out``, or to stdout without one (:func:`write_page`)."""
 
 from __future__ import annotations
 
