@@ -1,7 +1,7 @@
 """What a result is: its statuses (:class:`Status`), the stages that make results
 (:class:`Stage`, :data:`STAGES`), flags (:class:`Flag`), the agreement threshold
-(:data:`AGREEMENT`), its fields (:class:`TaskResult`, the JSON a build, check or time job writes)
-and which jobs need no worker (:func:`no_worker_needed`).
+(:data:`AGREEMENT`), its fields (:class:`TaskResult`, the JSON a build, check or time job writes),
+which jobs need no worker (:func:`no_worker_needed`) and the results tree a tool reads (:func:`results_tree`).
 
 ``Status`` and ``Flag`` are ``str`` enums: a member equals, hashes and formats as its value, so
 results compare with plain strings from JSON or pandas.
