@@ -64,8 +64,9 @@ def _stage_key(stage: str) -> tuple:
 
 
 def _row(name: str, n: int, lock: float, spans, gap_s: float) -> list:
-    w, share = wall(spans, gap_s), f"{lock / wall(spans, gap_s):.0%}" if wall(spans, gap_s) else "—"
-    return [name, str(n), f"{lock:,.0f}", f"{w:,.0f}", share, str(len(stretches(spans, gap_s)))]
+    parts = stretches(spans, gap_s)
+    w = sum(f - s for s, f in parts)
+    return [name, str(n), f"{lock:,.0f}", f"{w:,.0f}", f"{lock / w:.0%}" if w else "—", str(len(parts))]
 
 
 def page(stats: dict[str, dict], gap_s: float = GAP_S, title: str = "What the run cost") -> str:
@@ -77,8 +78,7 @@ def page(stats: dict[str, dict], gap_s: float = GAP_S, title: str = "What the ru
     head = ["stage", "results", "GPU lock s", "wall s", "lock share", "pieces"]
     out = [f"# {title}", "", md_table(rows, head, ["left"] + ["right"] * 5), ""]
     for i, (start, finish) in enumerate(stretches(every, gap_s), 1):
-        inside = [(st["lock_s"], s) for st in stats.values() for s in st["spans"]]
-        n = sum(start <= s[0] <= finish for _, s in inside)
+        n = sum(start <= s <= finish for s, _ in every)
         when = datetime.fromtimestamp(start, timezone.utc).strftime("%Y-%m-%d %H:%M")
         out.append(f"* piece {i}: {when} UTC, {finish - start:,.0f} s, {n} step{'' if n == 1 else 's'}")
     out += ["", f"Steps more than {gap_s:.0f} s apart are of different pieces; a stage's wall is the sum over "

@@ -132,8 +132,9 @@ def make_tables(
     note = transfer.transfer_note(device, transfer.measured_gpu(df))  # published on one GPU, measured on another
     atomic_write_text(out["summary"], render_summary_markdown(df, note) + tol_summary)
     atomic_write_text(out["per_task"], render_per_task_markdown(df) + tol_per_task)
-    plot_measured_vs_published(df, out["scatter"], caption=timing_version_caption(df))
-    plot_ratio_hist(df, out["ratios"], caption=timing_version_caption(df))
+    caption = timing_version_caption(df)  # both figures' second title line
+    plot_measured_vs_published(df, out["scatter"], caption=caption)
+    plot_ratio_hist(df, out["ratios"], caption=caption)
     report_dir = Path(out["report"]).parent
     notes = as_list(inputs.get("extension_failures"))
     atomic_write_text(out["extensions"], extensions.render(report_dir, device, notes[0] if notes else None))
