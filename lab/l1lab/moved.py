@@ -90,16 +90,20 @@ def side_moved(old: dict, new: dict, still: float = 0.03) -> str:
     return "reference" if lr >= 2 * lc else ("custom" if lc >= 2 * lr else "both")
 
 
-def bound_of(result: dict) -> str:
-    """``host-bound`` (either side), ``GPU-bound`` or ``not recorded`` for a time result."""
-    sides = hostclock.host_bound_sides(result)
+def bound_of(sides: list[str] | None) -> str:
+    """``host-bound`` (either side), ``GPU-bound`` or ``not recorded`` for a time result's
+    :func:`l1bench.timing.hostclock.host_bound_sides`."""
     return "not recorded" if sides is None else ("host-bound" if sides else "GPU-bound")
 
 
-def compare(old_root, new_root, protocol: str = "paper", mode: str = "default", tol: float = AGREEMENT) -> dict:
-    """Rows of the tasks both trees scored (``rows``), with the tasks whose status differs
-    (``changed``: tid, old status, new status)."""
-    old, new = time_results(old_root, protocol, mode), time_results(new_root, protocol, mode)
+def load(root, protocol: str, modes) -> dict[str, dict[str, dict]]:
+    """``{mode: {tid: result}}``: a tree's time results of one protocol, read once."""
+    return {mode: time_results(root, protocol, mode) for mode in modes}
+
+
+def compare(old: dict[str, dict], new: dict[str, dict], tol: float = AGREEMENT) -> dict:
+    """Of two trees' ``{tid: result}`` of one protocol and mode: rows of the tasks both scored
+    (``rows``), with the tasks whose status differs (``changed``: tid, old status, new status)."""
     rows, changed = [], []
     for tid in sorted(set(old) & set(new)):
         a, b = old[tid], new[tid]
@@ -107,27 +111,25 @@ def compare(old_root, new_root, protocol: str = "paper", mode: str = "default", 
             changed.append((tid, a.get("status"), b.get("status")))
         if not (_ok(a) and _ok(b)):
             continue
-        move = b["score"] / a["score"] - 1
+        move, sides = b["score"] / a["score"] - 1, hostclock.host_bound_sides(b)
         rows.append({
             "tid": tid, "old": a["score"], "new": b["score"], "move": move, "moved": abs(move) > tol,
             **dict(zip(("ref", "custom"), call_ratios(a, b), strict=True)),
-            "side": side_moved(a, b), "bound": bound_of(b),
-            "sides": bound_label(hostclock.host_bound_sides(b) or []),
+            "side": side_moved(a, b), "bound": bound_of(sides), "sides": bound_label(sides or []),
             "flags": ", ".join(flag_names(b.get("flags") or [])),
             "notes": "; ".join([f"old: {n}" for n in notes(a)] + [f"new: {n}" for n in notes(b)]),
         })
     return {"rows": rows, "changed": changed}
 
 
-def tree_line(root, protocol: str, modes) -> str:
-    """``root``: its scores' timing versions and GPUs over ``modes``."""
+def tree_line(root, results) -> str:
+    """``root``: the timing versions and GPUs of its scores among ``results``."""
     versions, gpus, n = Counter(), Counter(), 0
-    for mode in modes:
-        for r in time_results(root, protocol, mode).values():
-            if _ok(r):
-                n += 1
-                versions[timing_version(r)] += 1
-                gpus[(r.get("provenance") or {}).get("gpu") or "no GPU recorded"] += 1
+    for r in results:
+        if _ok(r):
+            n += 1
+            versions[timing_version(r)] += 1
+            gpus[(r.get("provenance") or {}).get("gpu") or "no GPU recorded"] += 1
     vs = ", ".join(f"version {v}: {c}" for v, c in sorted(versions.items(), key=lambda kv: (kv[0] is None, kv[0])))
     return f"`{root}`: {n} scores ({vs or 'none'}); {', '.join(f'{g}: {c}' for g, c in gpus.most_common()) or '—'}"
 
@@ -166,16 +168,19 @@ def section(title: str, result: dict, tol: float) -> list[str]:
 
 
 def page(old_root, new_root, protocol: str = "paper", modes=MODES, tol: float = AGREEMENT) -> str:
-    present = [m for m in modes if time_results(old_root, protocol, m) and time_results(new_root, protocol, m)]
+    old, new = load(old_root, protocol, modes), load(new_root, protocol, modes)
+    present = [m for m in modes if old[m] and new[m]]
+    lines = [tree_line(root, [r for m in present for r in tree[m].values()])
+             for root, tree in ((old_root, old), (new_root, new))]
     out = [f"# What moved: {protocol} protocol, `{old_root}` → `{new_root}`", "",
-           f"* old: {tree_line(old_root, protocol, present)}", f"* new: {tree_line(new_root, protocol, present)}",
+           f"* old: {lines[0]}", f"* new: {lines[1]}",
            "* move = new score / old score − 1; a side's call = the median over outer trials of its mean timed call; "
            "side moved: the side whose call changed at least twice as much as the other's (in log), both, or neither "
            "(both within 3 %: the move is in the trials). trials: what makes a score rest on part of its "
            "trials (an early stop, a trial 1.5× its side's median or slower). Where the two trees' GPUs differ, "
            "every move carries the GPU's change too.", ""]
     for mode in present:
-        out += section(f"{MODE_LABELS[mode]} ({protocol})", compare(old_root, new_root, protocol, mode, tol), tol)
+        out += section(f"{MODE_LABELS[mode]} ({protocol})", compare(old[mode], new[mode], tol), tol)
     if not present:
         out += ["No mode was scored in both trees.", ""]
     return "\n".join(out)

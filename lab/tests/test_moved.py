@@ -42,7 +42,7 @@ def trees(tmp_path):
 
 
 def test_each_task_names_the_side_that_moved_and_what_its_trials_did(trees):
-    result = moved.compare(*trees)
+    result = moved.compare(*(moved.load(t, "paper", ["default"])["default"] for t in trees))
     rows = {r["tid"]: r for r in result["rows"]}
     assert sorted(rows) == ["L1_T001", "L1_T002", "L1_T003", "L1_T004"]
     assert [tid for tid, r in rows.items() if r["moved"]] == ["L1_T001", "L1_T002", "L1_T003"]
