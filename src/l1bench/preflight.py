@@ -55,6 +55,13 @@ def release_dir_problem(release_dir: str | Path, release_file: str) -> str | Non
     return None
 
 
+def results_dir_problem(results_dir: str, results: str | Path) -> str | None:
+    """Why the results tree ``results`` (below ``results_dir``) cannot be made: a file stands where a
+    folder of its path must be (Snakemake would end in a traceback); else None."""
+    found = next(p for p in (Path(results), *Path(results).parents) if p.exists())
+    return f"results_dir={results_dir}: {found} is a file, not a folder" if found.is_file() else None
+
+
 # --------------------------------------------------------------------------- the GPU guard
 
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from pathlib import Path
 
 from l1bench import attempts, fetch, plan, preflight, staleness, tables_inputs
 from l1bench import release as rel
@@ -28,8 +27,8 @@ class RunPlan:
         self.config = config
         self.device = config["device"]
         self.results = f"{config['results_dir']}/{self.device}"
-        if (found := next(p for p in (Path(self.results), *Path(self.results).parents) if p.exists())).is_file():
-            raise plan.PlanError(f"results_dir={config['results_dir']}: {found} is a file, not a folder")
+        if problem := preflight.results_dir_problem(config["results_dir"], self.results):
+            raise plan.PlanError(problem)
         # job logs: logs/<device> for results/<device>, a folder of their own for other trees
         self.logs = logs_dir(self.results)
         self.is_demo = self.device == "demo"
