@@ -320,17 +320,6 @@ def figure(table: list[dict], path, tol: float = TOLERANCE) -> bool:
 # --------------------------------------------------------------------------- command line
 
 
-def write_page(out, text: str) -> None:
-    """A page to ``out`` (a temporary file beside it, renamed over it), to stdout without one."""
-    if not out:
-        sys.stdout.write(text)
-        return
-    Path(out).parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(out).with_name(f".{Path(out).name}.tmp")
-    tmp.write_text(text)
-    tmp.replace(out)
-
-
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--published", nargs="+", required=True, help="the published harness's trees (pass 1, pass 2)")
@@ -355,6 +344,8 @@ def main(argv=None) -> int:
             text += f"\n![published against workflow]({Path(args.figure).name})\n"
         else:
             print("compare: matplotlib is not installed: no figure", file=sys.stderr)
+    from l1bench.io import write_page
+
     write_page(args.out, text)
     return 0
 

@@ -157,7 +157,9 @@ def main(argv=None) -> int:
                              read=corrected_pass)
     else:
         text = render(args.trees, args.mode)
-    compare.write_page(args.out, text)
+    from l1bench.io import write_page
+
+    write_page(args.out, text)
     return 0
 
 

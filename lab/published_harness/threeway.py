@@ -170,7 +170,9 @@ def main(argv=None) -> int:
     ap.add_argument("--out", help="write the page here (atomically) instead of printing it")
     args = ap.parse_args(sys.argv[1:] if argv is None else argv)
     text = page({"a": args.unpinned, "b": args.pinned, "c": args.workflow}, args.mode, args.title, args.line)
-    compare.write_page(args.out, text)
+    from l1bench.io import write_page
+
+    write_page(args.out, text)
     return 0
 
 
