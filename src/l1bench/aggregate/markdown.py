@@ -151,7 +151,8 @@ def _host_bound_note(df) -> str:
     return (f", `{Flag.HOST_BOUND}`: a side's median launch is at least {hostclock.HOST_BOUND_SHARE:.0%} of its "
             "median timed call, so the paper score measures the host's CPU as much as the GPU and moves with "
             "the host's speed between runs; a published score of such a task also carries the random order of "
-            "its timed pairs (on an H100: a swing of up to 10 %, docs/protocols.md)")
+            "its timed pairs (on an H100: one run's order swings it with a standard deviation of up to 14 %, "
+            "docs/protocols.md)")
 
 
 def _flag_table(df) -> str:
