@@ -77,8 +77,8 @@ wildcard_constraints:
 
 def evaluation_inputs(kind):
     """Input function of a build, check or time job: the earlier stage's result; the task
-    folder only when the job runs (a missing, stale or forced result), so a fresh clone's
-    missing folders re-plan nothing; the stale marker when the result is stale."""
+    folder only when the job runs (RERUNS.job_runs: missing, forced, or stale and selected), so a
+    fresh clone's missing folders re-plan nothing; the stale marker when the result is stale."""
 
     def inputs(wildcards):
         result = PLAN.result_path(kind, wildcards)
@@ -86,8 +86,9 @@ def evaluation_inputs(kind):
         stage = STAGE[kind].upstream
         if stage:
             ins[stage] = ancient(f"{RESULTS}/{stage}/{wildcards.tid}.json")
-        if RERUNS.job_runs(result, f"{kind}_task"):
-            ins["meta"] = ancient(f"{RESULTS}/tasks/{wildcards.tid}/meta.json")
+        if not RERUNS.job_runs(result, f"{kind}_task"):
+            return ins
+        ins["meta"] = ancient(f"{RESULTS}/tasks/{wildcards.tid}/meta.json")
         return RERUNS.with_marker(ins, RERUNS.subject(result))
 
     return inputs

@@ -76,6 +76,8 @@ def expected() -> dict[str, str]:
             out[f"paper.{r.mode}.mean.{'published' if published else 'measured'}"] = fmt(table.at["Mean", "All"])
     versions = timing_version_counts(df)
     out["timing.version"] = ", ".join(str(v) for v, _, _ in versions)
+    for v, n, _ in versions:
+        out[f"timing.v{v}.scores"] = f"{n:,}"
     out["timing.current"] = str(TIMING_VERSION)
     for r in timed_stats(df):  # what was timed, per paper mode
         if r["protocol"] != "paper":

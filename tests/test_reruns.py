@@ -7,6 +7,8 @@ A module-scoped first run of three demo tasks in one mode is shared; each test c
 """
 
 import json
+import os
+import re
 import shutil
 import subprocess
 
@@ -170,3 +172,43 @@ def test_nothing_to_do_says_so_and_how_to_measure_afresh(work):
     fresh = snakemake(work, "-n", configfile="mine.yaml")
     counts = job_counts(fresh.stdout)
     assert counts.get("build_task") == 3 and counts.get("time_task") == 3, fresh.stdout[-2000:]
+
+
+def stale_time_result(work, tid="L1_T002"):
+    """Make ``tid``'s time result stale (another timing version); returns its path."""
+    path = work / RES / f"time/paper/default/{tid}.json"
+    res = json.loads(path.read_text())
+    res["timing_design"] = 5
+    path.write_text(json.dumps(res))
+    return path
+
+
+def test_a_narrower_run_leaves_stale_results_outside_it_even_in_a_fresh_clone(work):
+    """A stale result of a task the run does not select is kept (the tables read it), also when
+    the task folders are missing and split anew, as in a fresh clone: the split then updates every
+    folder, which must not plan the jobs of results outside the selection."""
+    stale_time_result(work, "L1_T002")
+    shutil.rmtree(work / RES / "tasks")
+    (work / "narrow.yaml").write_text('tasks: ["1/1"]\n')
+    counts = job_counts(snakemake(work, "-n", configfile="narrow.yaml").stdout)
+    assert counts.get("split_release") == 1 and not {k: counts.get(k) for k in EVALUATION if counts.get(k)}, counts
+    # the run that selects it re-times it
+    counts = job_counts(snakemake(work, "-n").stdout)
+    assert counts.get("time_task") == 1, counts
+
+
+def test_a_marker_left_by_a_killed_run_reruns_its_job_after_the_result_is_copied(work):
+    """A killed run leaves its stale markers behind. Snakemake reruns a job whose marker is newer
+    than its output; a result copied or checked out since is newer than that marker, and must
+    still be re-timed: the marker's name carries the result's date, so the run makes a new one."""
+    path = stale_time_result(work, "L1_T002")
+    dry = snakemake(work, "-n").stdout
+    left = sorted(set(re.findall(r"results/demo/stale/time/paper/default/L1_T002\.\w+\.txt", dry)))
+    assert len(left) == 1, dry[-2000:]
+    marker = work / left[0]
+    marker.parent.mkdir(parents=True, exist_ok=True)
+    marker.write_text("left by a killed run\n")
+    os.utime(marker, (1, 1))
+    path.touch()  # the result copied or checked out after the killed run
+    counts = job_counts(snakemake(work, "-n").stdout)
+    assert counts.get("time_task") == 1, counts

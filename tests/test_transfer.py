@@ -134,15 +134,32 @@ def test_main_reads_the_trees_and_writes_page_and_figure(tmp_path):
     assert "(figures/transfer.png)" in page and "Releases not measured: h20, l40, 3090." in page
 
 
+def test_a_tree_measured_on_several_gpus_names_each_ones_scores():
+    """While a tree is re-timed on the release's own GPU, the note counts the scores of each GPU:
+    the majority's GPU alone would pass for all of them."""
+    df = pd.DataFrame({"gpu": ["NVIDIA H200"] * 3 + [H100] * 2 + ["NVIDIA H200"], "measured": [1.0] * 5 + [None]})
+    assert tr.tree_transfer_note("h100", df) == (
+        f"published on H100, measured 3 of 5 scores on NVIDIA H200: a transfer, not a reproduction; "
+        f"the other 2 on its own GPU ({H100})")
+    assert tr.tree_transfer_note("a100", df) == (
+        f"published on A100, measured 3 of 5 scores on NVIDIA H200, 2 of 5 scores on {H100}: "
+        "a transfer, not a reproduction")
+    one = df[df["gpu"] == H100]
+    assert tr.tree_transfer_note("h100", one) is None
+    assert tr.tree_transfer_note("a100", one) == tr.transfer_note("a100", H100)
+
+
 def test_the_release_tables_say_where_published_and_where_measured():
-    """The committed h100 tree was measured on an H200: summary.md and README.md say so."""
+    """The committed h100 tree says where it was published and on which GPUs its scores were
+    measured, in summary.md and README.md."""
     from pathlib import Path
 
     from l1bench import aggregate as agg
 
     df = pd.read_csv(Path(__file__).parents[1] / "results" / "h100" / "scores.csv")
-    note = tr.transfer_note("h100", tr.measured_gpu(df))
-    line = "**Published on H100, measured on NVIDIA H200: a transfer, not a reproduction.**"
+    note = tr.tree_transfer_note("h100", df)
+    line = f"**{note[0].upper()}{note[1:]}.**"
+    assert "NVIDIA H200: a transfer, not a reproduction" in line
     assert line in agg.render_summary_markdown(df, note)
     assert line not in agg.render_summary_markdown(df)
     report = agg.render_report(df, {"device": "h100", "transfer": note}, [], {})

@@ -330,12 +330,20 @@ class Reruns:
 
     def marker(self, subject: str) -> str:
         """The marker of ``subject``: named after its reason and the content it was decided on
-        (the result, the tables' record), so that a marker left behind never stands for a later
-        decision."""
+        (the result, the tables' record) and that file's date, so that a marker left behind (by a
+        killed run) never stands for a later decision. Snakemake reruns a job whose marker is
+        newer than its output: a marker left behind is older than an output copied or checked
+        out since, and the file's date in its name makes that a new marker, made in this run."""
         why = (self.reason(subject) or "").encode()
         source = {"tables": self.run.tables_record, "tasks": None}.get(subject, f"{self.results}/{subject}.json")
-        key = sha256_bytes(why + b"\0" + (self.judge.sha(source) or "").encode() if source else why)
-        return f"{self.results}/stale/{subject}.{key[:12]}.txt"
+        if source:
+            date = Path(source).stat().st_mtime_ns if Path(source).exists() else ""
+            why += b"\0" + f"{self.judge.sha(source) or ''}\0{date}".encode()
+        return f"{self.results}/stale/{subject}.{sha256_bytes(why)[:12]}.txt"
+
+    @cached_property
+    def _selection(self) -> set[str]:
+        return set(self.run.evaluation_results())
 
     def with_marker(self, inputs: dict, subject: str) -> dict:
         """A job's ``inputs`` with the marker of ``subject`` when it is stale: the input that
@@ -360,8 +368,13 @@ class Reruns:
         shutil.rmtree(f"{self.results}/stale", ignore_errors=True)
 
     def job_runs(self, result: str, rule: str) -> bool:
-        """Whether the job of ``result`` runs in this run: stale, missing, or its ``rule`` forced."""
-        return bool(self.judge.reason(result)) or not Path(result).exists() or rule in self.forced
+        """Whether the job of ``result`` runs in this run: missing, its ``rule`` forced, or stale and
+        in the run's selection. A stale result outside it (another mode, task or level than the run
+        selects) is kept as it is, though the tables read it: a narrower run never re-times it,
+        even when the task folders are split anew (a fresh clone)."""
+        if not Path(result).exists() or rule in self.forced:
+            return True
+        return bool(self.judge.reason(result)) and str(result) in self._selection
 
     # ---------------------------------------------------------------- the tables
 

@@ -129,7 +129,7 @@ def make_tables(
     with atomic_path(out["csv"]) as tmp:
         df.to_csv(tmp, index=False, float_format="%.6g")
     tol_summary, tol_per_task = tolerance.sections(check, paper_tolerance, tolerances)
-    note = transfer.transfer_note(device, transfer.measured_gpu(df))  # published on one GPU, measured on another
+    note = transfer.tree_transfer_note(device, df)  # published on one GPU, measured on another
     atomic_write_text(out["summary"], render_summary_markdown(df, note) + tol_summary)
     atomic_write_text(out["per_task"], render_per_task_markdown(df) + tol_per_task)
     caption = timing_version_caption(df)  # both figures' second title line

@@ -66,6 +66,21 @@ def transfer_note(release: str, gpu: str | None) -> str | None:
     return f"published on {RELEASE_GPU[release]}, measured on {gpu}: a transfer, not a reproduction"
 
 
+def tree_transfer_note(release: str, df: pd.DataFrame) -> str | None:
+    """:func:`transfer_note` of a tree; one measured on several GPUs (a re-run in progress) names
+    each other GPU's scores and how many its own GPU made: the majority's GPU would pass for all."""
+    gpus = Counter(g for g in df[df["measured"].notna()].get("gpu", pd.Series()).dropna() if isinstance(g, str) and g)
+    if len(gpus) < 2:
+        return transfer_note(release, measured_gpu(df))
+    others = [(g, n) for g, n in gpus.most_common() if not is_release_gpu(release, g)]
+    if release not in RELEASE_GPU or not others:
+        return None
+    total, own = sum(gpus.values()), [g for g in gpus if is_release_gpu(release, g)]
+    scores = ", ".join(f"{n:,} of {total:,} scores on {g}" for g, n in others)
+    mine = f"; the other {sum(gpus[g] for g in own):,} on its own GPU ({', '.join(own)})" if own else ""
+    return f"published on {RELEASE_GPU[release]}, measured {scores}: a transfer, not a reproduction{mine}"
+
+
 def measured_gpu(df: pd.DataFrame) -> str | None:
     """The GPU most of a tree's results were measured on (its provenance), or None."""
     gpus = [g for g in df.get("gpu", pd.Series(dtype=object)).dropna() if isinstance(g, str) and g]
