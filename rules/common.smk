@@ -77,8 +77,9 @@ wildcard_constraints:
 
 def evaluation_inputs(kind):
     """Input function of a build, check or time job: the earlier stage's result; the task
-    folder only when the job runs (RERUNS.job_runs: missing, forced, or stale and selected), so a
-    fresh clone's missing folders re-plan nothing; the stale marker when the result is stale."""
+    folder only when the job runs (RERUNS.job_runs: missing, forced, or stale and selected),
+    so a fresh clone's missing folders re-plan nothing; the stale marker when it is
+    stale."""
 
     def inputs(wildcards):
         result = PLAN.result_path(kind, wildcards)
