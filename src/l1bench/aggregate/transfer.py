@@ -193,7 +193,7 @@ def _tree_rows(trees, releases, gpu) -> list[list[str]]:
             continue
         df, here = trees[release], measured_gpu(trees[release])
         n = int((_rows(df)["status"] == Status.OK).sum())
-        note = transfer_note(release, here) or ("no timed result yet" if not here else "its own GPU")
+        note = tree_transfer_note(release, _rows(df)) or ("no timed result yet" if not here else "its own GPU")
         if here and here != gpu:
             note += "; measured on another GPU than the page's: left out of the comparisons"
         rows.append([release, RELEASE_GPU[release], here or NA, str(n), note])
