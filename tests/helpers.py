@@ -158,20 +158,26 @@ def step_results(res):
 
 def as_current(res) -> int:
     """Rewrite the check and time results of a copied results tree as the current timing path
-    records them (its timing version, inputs drawn on the host): a committed tree as it is once
-    re-timed, for the tests of planning with every result current. Returns how many changed."""
+    records them (its timing version, inputs drawn on the host, a time result made from its
+    check as it is now): a committed tree as it is once re-timed, for the tests of planning with
+    every result current. Returns how many changed."""
+    import hashlib
     import json
 
     from l1bench.timing import TIMING_VERSION
 
     changed = 0
-    for path, got in step_results(res):
+    for path, got in step_results(res):  # the checks first: a time result records its check's sha256
         params = got.get("params")
         old = isinstance(params, dict) and params.pop("inputs_on_device", None) is not None
         if "timing_design" in got or got.get("timing_version", TIMING_VERSION) != TIMING_VERSION:
             got.pop("timing_design", None)
             got["timing_version"] = TIMING_VERSION
             old = True
+        check = Path(res) / "check" / path.name
+        if path.parent.parent.parent.name == "time" and got.get("upstream_sha256") and check.exists():
+            sha = hashlib.sha256(check.read_bytes()).hexdigest()
+            old, got["upstream_sha256"] = old or got["upstream_sha256"] != sha, sha
         if old:
             path.write_text(json.dumps(got, indent=1))
             changed += 1
