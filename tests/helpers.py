@@ -161,9 +161,9 @@ def as_current(res) -> int:
     records them (its timing version, inputs drawn on the host, a time result made from its
     check as it is now): a committed tree as it is once re-timed, for the tests of planning with
     every result current. Returns how many changed."""
-    import hashlib
     import json
 
+    from l1bench.staleness import sha256_bytes
     from l1bench.timing import TIMING_VERSION
 
     changed = 0
@@ -176,7 +176,7 @@ def as_current(res) -> int:
             old = True
         check = Path(res) / "check" / path.name
         if path.parent.parent.parent.name == "time" and got.get("upstream_sha256") and check.exists():
-            sha = hashlib.sha256(check.read_bytes()).hexdigest()
+            sha = sha256_bytes(check.read_bytes())
             old, got["upstream_sha256"] = old or got["upstream_sha256"] != sha, sha
         if old:
             path.write_text(json.dumps(got, indent=1))

@@ -180,7 +180,7 @@ def test_the_lab_check_sees_an_import_and_a_run_of_a_lab_script():
 PACKAGE = ROOT / "src" / "l1bench"
 #: docs/architecture.md, "Size": the workflow's code (the package, the rules and the scripts,
 #: counted together so that moving code between them changes nothing), a module and a function at
-#: the most, in lines. The cap is the total measured on 2026-12-07 (13,315) with under 1 % to spare,
+#: the most, in lines. The cap is the total measured on 2026-12-07 (13,320) with under 1 % to spare,
 #: counted with the rules and scripts once the job and the tables moved into the package, and raised
 #: from 13,300 for two rerun faults' fixes (a narrower run's selection, a killed run's markers).
 MAX_CODE_LINES, MAX_MODULE_LINES, MAX_FUNCTION_LINES = 13_400, 500, 80

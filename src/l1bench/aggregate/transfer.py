@@ -69,7 +69,7 @@ def transfer_note(release: str, gpu: str | None) -> str | None:
 def tree_transfer_note(release: str, df: pd.DataFrame) -> str | None:
     """:func:`transfer_note` of a tree; one measured on several GPUs (a re-run in progress) names
     each other GPU's scores and how many its own GPU made: the majority's GPU would pass for all."""
-    gpus = Counter(g for g in df[df["measured"].notna()].get("gpu", pd.Series()).dropna() if isinstance(g, str) and g)
+    gpus = gpu_counts(df[df["measured"].notna()])
     if len(gpus) < 2:
         return transfer_note(release, measured_gpu(df))
     others = [(g, n) for g, n in gpus.most_common() if not is_release_gpu(release, g)]
@@ -81,10 +81,15 @@ def tree_transfer_note(release: str, df: pd.DataFrame) -> str | None:
     return f"published on {RELEASE_GPU[release]}, measured {scores}: a transfer, not a reproduction{mine}"
 
 
+def gpu_counts(df: pd.DataFrame) -> Counter:
+    """How many of a tree's results each GPU measured (their provenance's ``gpu``)."""
+    return Counter(g for g in df.get("gpu", pd.Series(dtype=object)).dropna() if isinstance(g, str) and g)
+
+
 def measured_gpu(df: pd.DataFrame) -> str | None:
     """The GPU most of a tree's results were measured on (its provenance), or None."""
-    gpus = [g for g in df.get("gpu", pd.Series(dtype=object)).dropna() if isinstance(g, str) and g]
-    return Counter(gpus).most_common(1)[0][0] if gpus else None
+    gpus = gpu_counts(df)
+    return gpus.most_common(1)[0][0] if gpus else None
 
 
 def load_trees(paths, releases=GPU_DEVICES) -> dict[str, pd.DataFrame]:
