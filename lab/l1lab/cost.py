@@ -9,6 +9,10 @@ further apart than ``--gap-s`` belong to different pieces. A stage's wall is the
 the stretch from its first step's start to its last step's finish there, so stages that ran side by
 side share wall; the run's wall is the same over all stages. Only the results' own times count: a
 piece's install and start before its first step are not in them.
+
+With ``--release FILE --fit A,B`` (the fit of ``python -m l1lab drawcost``: a paper time step holds
+the lock ``A + B * M`` s, ``M`` the task's input elements in millions) each paper stage also gets
+its ``ok`` results' lock beside what the fit projects for exactly those tasks.
 """
 
 from __future__ import annotations
@@ -46,13 +50,15 @@ def wall(spans, gap_s: float = GAP_S) -> float:
 def collect(rows) -> dict[str, dict]:
     """Per stage (:func:`l1lab.stagetimes.stage_of`): results, GPU lock held (s) and the steps'
     (start, finish) spans; results an earlier run made are left out."""
-    out: dict[str, dict] = defaultdict(lambda: {"results": 0, "lock_s": 0.0, "spans": []})
+    out: dict[str, dict] = defaultdict(lambda: {"results": 0, "lock_s": 0.0, "spans": [], "ok": {}})
     for res in rows:
         if res.get(PREPARED_KEY):
             continue
         st = out[stage_of(res)]
         st["results"] += 1
         st["lock_s"] += res.get("lock_held_s") or 0.0
+        if res.get("status") == "ok" and res.get("tid"):
+            st["ok"][res["tid"]] = res.get("lock_held_s") or 0.0
         if span := _span(res.get("provenance") or {}):
             st["spans"].append(span)
     return dict(out)
@@ -69,14 +75,30 @@ def _row(name: str, n: int, lock: float, spans, gap_s: float) -> list:
     return [name, str(n), f"{lock:,.0f}", f"{w:,.0f}", f"{lock / w:.0%}" if w else "—", str(len(parts))]
 
 
-def page(stats: dict[str, dict], gap_s: float = GAP_S, title: str = "What the run cost") -> str:
+def projected(stage: str, st: dict, projection) -> list[str]:
+    """The two projection cells of a stage: its ``ok`` results' lock and the fit's lock for the same
+    tasks (``projection``: ``(sizes, a, b)``, sizes as :func:`l1lab.drawcost.input_elements`);
+    paper time stages only, tasks the sizes cannot size left out of both."""
+    sizes, a, b = projection
+    if not stage.startswith("time:paper:"):
+        return ["—", "—"]
+    sized = {t: s for t, s in st["ok"].items() if "m" in sizes.get(t, {})}
+    fit = sum(a + b * sizes[t]["m"] for t in sized)
+    return [f"{sum(sized.values()):,.0f} ({len(sized)})", f"{fit:,.0f}"]
+
+
+def page(stats: dict[str, dict], gap_s: float = GAP_S, title: str = "What the run cost", projection=None) -> str:
+    ordered = sorted(stats.items(), key=lambda kv: _stage_key(kv[0]))
+    extra = (lambda stage, st: projected(stage, st, projection)) if projection else (lambda stage, st: [])
     rows = [_row(stage.replace("time:", "").replace(":", " "), st["results"], st["lock_s"], st["spans"], gap_s)
-            for stage, st in sorted(stats.items(), key=lambda kv: _stage_key(kv[0]))]
+            + extra(stage, st) for stage, st in ordered]
     every = [s for st in stats.values() for s in st["spans"]]
     lock = sum(st["lock_s"] for st in stats.values())
-    rows.append(_row("the run", sum(st["results"] for st in stats.values()), lock, every, gap_s))
+    rows.append(_row("the run", sum(st["results"] for st in stats.values()), lock, every, gap_s) + extra("", {}))
     head = ["stage", "results", "GPU lock s", "wall s", "lock share", "pieces"]
-    out = [f"# {title}", "", md_table(rows, head, ["left"] + ["right"] * 5), ""]
+    if projection:
+        head += ["lock s of ok results (tasks)", "projected s"]
+    out = [f"# {title}", "", md_table(rows, head, ["left"] + ["right"] * (len(head) - 1)), ""]
     for i, (start, finish) in enumerate(stretches(every, gap_s), 1):
         n = sum(start <= s <= finish for s, _ in every)
         when = datetime.fromtimestamp(start, timezone.utc).strftime("%Y-%m-%d %H:%M")
@@ -84,6 +106,10 @@ def page(stats: dict[str, dict], gap_s: float = GAP_S, title: str = "What the ru
     out += ["", f"Steps more than {gap_s:.0f} s apart are of different pieces; a stage's wall is the sum over "
             "pieces of its first start to its last finish there (stages that ran side by side share wall); the "
             "results' own times only, without a piece's install and start.", ""]
+    if projection:
+        _, a, b = projection
+        out += [f"*Projected*: the draw-cost fit, {a:.2f} s + {b:.3f} s per million input elements of a paper time "
+                "step (`python -m l1lab drawcost`), over the same tasks as the `ok` results beside it.", ""]
     return "\n".join(out)
 
 
@@ -94,9 +120,19 @@ def main(argv=None) -> int:
     ap.add_argument("--since", help="only results whose worker started at or after this ISO time")
     ap.add_argument("--until", help="only results whose worker started before this ISO time")
     ap.add_argument("--title", default="What the run cost")
+    ap.add_argument("--release", help="a release file: size each task's inputs for --fit")
+    ap.add_argument("--fit", help="A,B: a paper time step holds the lock A + B * (million input elements) s")
     ap.add_argument("--out", type=Path, help="write the page here (else stdout)")
     args = ap.parse_args(argv)
-    text = page(collect(results(args.root, args.since, args.until)), args.gap_s, args.title)
+    if bool(args.release) != bool(args.fit):
+        ap.error("--release and --fit go together")
+    projection = None
+    if args.fit:
+        from l1lab.drawcost import input_elements
+
+        a, b = (float(x) for x in args.fit.split(","))
+        projection = (input_elements(args.release), a, b)
+    text = page(collect(results(args.root, args.since, args.until)), args.gap_s, args.title, projection)
     write_page(args.out, text)
     return 0
 
