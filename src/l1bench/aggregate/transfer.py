@@ -196,9 +196,9 @@ def _tree_rows(trees, releases, gpu) -> list[list[str]]:
         if release not in trees:
             rows.append([release, RELEASE_GPU[release], NA, NA, f"not measured (no {release}/scores.csv)"])
             continue
-        df, here = trees[release], measured_gpu(trees[release])
-        n = int((_rows(df)["status"] == Status.OK).sum())
-        note = tree_transfer_note(release, _rows(df)) or ("no timed result yet" if not here else "its own GPU")
+        df, here = _rows(trees[release]), measured_gpu(trees[release])
+        n = int((df["status"] == Status.OK).sum())
+        note = tree_transfer_note(release, df) or ("no timed result yet" if not here else "its own GPU")
         if here and here != gpu:
             note += "; measured on another GPU than the page's: left out of the comparisons"
         rows.append([release, RELEASE_GPU[release], here or NA, str(n), note])
